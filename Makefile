@@ -1,0 +1,133 @@
+# transformers v4.31.0 + the assisted-generation patch series.
+# `make apply && make test` on a fresh machine does everything; `make help` lists the targets.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+SOURCE ?= auto
+FORCE ?=
+DEVICE ?=
+JOBS ?= 2
+
+VENV := .venv
+VPY := $(VENV)/bin/python
+STOCK_VENV := .venv-stock
+STOCK_PY := $(STOCK_VENV)/bin/python
+LINT_VENV := build/lint-venv
+TREE := build/transformers
+STOCK_TREE := build/stock
+PYTEST := $(VPY) -m pytest -n $(JOBS)
+# Files of the transformers tree that the series touches: they must pass upstream's own black and ruff.
+SERIES_PY = $$(git -C $(TREE) diff --name-only --diff-filter=d upstream-v4.31.0..HEAD -- '*.py')
+export DEVICE
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+## ---- the series
+
+.PHONY: apply
+apply: ## build build/transformers: pristine v4.31.0 (SOURCE=auto|git|sdist|PATH) + patches/series
+	$(PYTHON) scripts/apply.py --source "$(SOURCE)" $(if $(FORCE),--force)
+
+.PHONY: export
+export: ## write the commits of build/transformers back to patches/ and patches/series
+	$(PYTHON) scripts/export.py
+
+.PHONY: codemod
+codemod: ## re-run the prepare_inputs_for_generation codemod on build/transformers (review, commit, export)
+	$(PYTHON) scripts/codemod.py $(TREE)
+
+.PHONY: check-series
+check-series: install ## check that every prefix of the series applies, imports and passes the regression tests
+	$(VPY) scripts/check_series.py
+
+.PHONY: check-copies
+check-copies: install ## check every "# Copied from" block of build/transformers against its source
+	$(VPY) scripts/check_copies.py $(TREE)
+
+## ---- environments
+
+$(VENV)/.requirements: requirements.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.requirements ## create or refresh .venv from the pinned requirements
+
+.PHONY: install
+install: venv apply ## install the patched fork into .venv (editable)
+	@if ! $(VPY) -c 'import sys, transformers, pathlib; sys.exit(pathlib.Path("$(TREE)/src").resolve() not in pathlib.Path(transformers.__file__).resolve().parents)' 2>/dev/null; then \
+		$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(TREE); \
+	fi
+
+$(STOCK_VENV)/.requirements: requirements.txt
+	test -x $(STOCK_PY) || $(PYTHON) -m venv $(STOCK_VENV)
+	$(STOCK_PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+.PHONY: stock
+stock: $(STOCK_VENV)/.requirements apply ## install stock transformers 4.31.0 (build/stock) into .venv-stock
+	@if [ ! -f $(STOCK_TREE)/setup.py ]; then \
+		rm -rf $(STOCK_TREE) && mkdir -p $(STOCK_TREE) && git -C $(TREE) archive upstream-v4.31.0 | tar -x -C $(STOCK_TREE); \
+	fi
+	@if ! $(STOCK_PY) -c 'import sys, transformers, pathlib; sys.exit(pathlib.Path("$(STOCK_TREE)/src").resolve() not in pathlib.Path(transformers.__file__).resolve().parents)' 2>/dev/null; then \
+		$(STOCK_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(STOCK_TREE); \
+	fi
+
+$(LINT_VENV)/.requirements: requirements-upstream-lint.txt
+	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-upstream-lint.txt
+	touch $@
+
+## ---- tests
+
+.PHONY: test
+test: install lint check-copies check-series test-upstream ## the whole suite on the patched fork (CUDA if present, DEVICE=cpu|cuda)
+	TRANSFORMERS_TREE=$(TREE) $(PYTEST) tests
+
+.PHONY: test-upstream
+test-upstream: install ## the upstream-style test module the series adds to the transformers tree
+	cd $(TREE) && ../../$(VPY) -m pytest -q -p no:cacheprovider tests/generation
+
+.PHONY: test-stock
+test-stock: stock ## the same suite against stock 4.31.0: it must fail and show the bug
+	TRANSFORMERS_TREE=$(STOCK_TREE) $(STOCK_PY) -m pytest -n $(JOBS) tests/models tests/reliability
+
+.PHONY: report
+report: install stock ## run the suite on stock and patched, write docs/model-status.md
+	$(VPY) scripts/report.py --patched-python $(VPY) --stock-python $(STOCK_PY)
+
+.PHONY: record-plain
+record-plain: stock ## re-record plain greedy/beam/contrastive outputs of stock 4.31.0 (tests/models/data/)
+	TRANSFORMERS_TREE=$(STOCK_TREE) $(STOCK_PY) scripts/record_plain_outputs.py
+
+.PHONY: bench
+bench: install stock ## assisted decoding speed: patched vs stock vs greedy (QUICK=1 for a short run)
+	$(VPY) scripts/bench.py --patched-python $(VPY) --stock-python $(STOCK_PY) $(if $(QUICK),--quick)
+
+.PHONY: lint
+lint: venv $(LINT_VENV)/.requirements apply ## black + ruff: our code (current pins), series files (upstream's pins)
+	$(VENV)/bin/black --check --quiet scripts tests
+	$(VENV)/bin/ruff check --quiet scripts tests
+	@files="$(SERIES_PY)"; if [ -n "$$files" ]; then \
+		cd $(TREE) && ../../$(LINT_VENV)/bin/black --check --quiet $$files && ../../$(LINT_VENV)/bin/ruff $$files; \
+	fi
+
+## ---- the fork for pip users
+
+.PHONY: wheel
+wheel: install ## build dist/transformers-4.31.0+assisted.N-py3-none-any.whl
+	$(VPY) scripts/wheel.py
+
+.PHONY: publish
+publish: apply ## push the patched fork to REMOTE as BRANCH, for `pip install "transformers @ git+..."`
+	bash scripts/publish.sh "$(REMOTE)" "$(BRANCH)"
+
+.PHONY: clean
+clean: ## remove build/, dist/ and the virtual environments
+	rm -rf build dist $(VENV) $(STOCK_VENV)

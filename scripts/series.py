@@ -1,0 +1,122 @@
+"""What the patch series is built on, and the git plumbing that `apply.py` and `export.py` share.
+
+The build tree `build/transformers` is a git repository whose root commit is the pristine v4.31.0 source, tagged
+`upstream-v4.31.0`, with one commit per patch of `patches/series` on top. Both directions go through the same
+`format_patches` call, so that exporting an unchanged tree reproduces `patches/` byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PATCHES = REPO / "patches"
+BUILD = REPO / "build"
+TREE = BUILD / "transformers"
+CACHE = BUILD / "cache"
+
+VERSION = "4.31.0"
+UPSTREAM_TAG = "v4.31.0"
+UPSTREAM_URL = "https://github.com/huggingface/transformers.git"
+# The commit the upstream tag v4.31.0 points to.
+PINNED_COMMIT = "e42587f596181396e1c4b63660abf0c736b10dae"
+# sha256 of transformers-4.31.0.tar.gz, the source distribution published for v4.31.0.
+SDIST_NAME = f"transformers-{VERSION}.tar.gz"
+SDIST_SHA256 = "4302fba920a1c24d3a429a29efff6a63eac03f3f3cf55b55927fc795d01cb273"
+
+PRISTINE_TAG = f"upstream-{UPSTREAM_TAG}"
+# Where apply.py records the HEAD it produced, to tell its own commits from a maintainer's.
+STAMP = "assisted-fix-applied"
+
+# The build tree is a throwaway repository: its commits get a fixed identity, and the pristine commit a fixed date,
+# so that the same source and series always give the same commit hashes.
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "transformers-assisted-fix",
+    "GIT_AUTHOR_EMAIL": "build@transformers-assisted-fix.invalid",
+    "GIT_COMMITTER_NAME": "transformers-assisted-fix",
+    "GIT_COMMITTER_EMAIL": "build@transformers-assisted-fix.invalid",
+}
+PRISTINE_DATE = "2023-07-18T00:00:00+00:00"
+
+# `--zero-commit` and `--no-signature` drop the two things that change on every export (the commit hash and the
+# git version); `--no-numbered` keeps subjects stable when patches are added or removed.
+FORMAT_PATCH_OPTIONS = ["--zero-commit", "--no-signature", "--no-numbered", "--full-index", "--binary"]
+
+
+class SeriesError(Exception):
+    """A problem the user has to act on; the message says what and how."""
+
+
+def git(*args: str, cwd: Path = TREE, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **IDENTITY, **(env or {})}
+    result = subprocess.run(["git", *args], cwd=cwd, env=full_env, text=True, capture_output=True)
+    if check and result.returncode != 0:
+        raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{result.stderr.strip() or result.stdout.strip()}")
+    return result
+
+
+def read_series(patches: Path = PATCHES) -> list[Path]:
+    """The patches in the order `patches/series` gives, one file name a line; `#` starts a comment."""
+    series = patches / "series"
+    if not series.exists():
+        return []
+    names = []
+    for number, line in enumerate(series.read_text().splitlines(), start=1):
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        if not (patches / name).is_file():
+            raise SeriesError(f"{series} line {number} names {name}, which is not in {patches}")
+        names.append(patches / name)
+    return names
+
+
+def is_build_tree(tree: Path = TREE) -> bool:
+    if not (tree / ".git").exists():
+        return False
+    return git("rev-parse", "-q", "--verify", f"refs/tags/{PRISTINE_TAG}", cwd=tree, check=False).returncode == 0
+
+
+def format_patches(tree: Path, out_dir: Path) -> list[Path]:
+    """Write the commits above the pristine tag as patches into out_dir, named NNNN-subject.patch."""
+    result = git("format-patch", *FORMAT_PATCH_OPTIONS, "-o", str(out_dir), f"{PRISTINE_TAG}..HEAD", cwd=tree)
+    return [Path(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def tree_matches_series(tree: Path = TREE, patches: Path = PATCHES) -> bool:
+    """True when the commits above the pristine tag export to exactly the files patches/series lists."""
+    expected = read_series(patches)
+    with tempfile.TemporaryDirectory() as tmp:
+        produced = format_patches(tree, Path(tmp))
+        if len(produced) != len(expected):
+            return False
+        return all(a.read_bytes() == b.read_bytes() for a, b in zip(produced, expected, strict=True))
+
+
+def dirty_files(tree: Path = TREE) -> list[str]:
+    """Tracked files with changes that are not committed (untracked files, such as build artefacts, do not count)."""
+    out = git("status", "--porcelain", "--untracked-files=no", cwd=tree).stdout
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def stamp_path(tree: Path = TREE) -> Path:
+    return tree / ".git" / STAMP
+
+
+def read_stamp(tree: Path = TREE) -> str | None:
+    path = stamp_path(tree)
+    return path.read_text().strip() if path.exists() else None
+
+
+def write_stamp(tree: Path = TREE, value: str | None = None) -> None:
+    value = value if value is not None else git("rev-parse", "HEAD", cwd=tree).stdout.strip()
+    stamp_path(tree).write_text(value + "\n")
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(1)
