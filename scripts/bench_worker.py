@@ -1,0 +1,350 @@
+"""Benchmark worker: times generation with the transformers its interpreter imports.
+
+Started by `scripts/bench.py`, once per side (stock, patched), so that the two trees never share a process. It reads
+one JSON command per line on stdin and answers one JSON line per command on its original stdout (everything the
+libraries print goes to stderr). Commands:
+
+    {"op": "info"}
+    {"op": "load", "workloads": [NAME, ...]}
+    {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
+
+Models are built from config classes with random weights under a fixed seed, so both sides build bit-identical
+models (the answer carries a weight checksum to prove it). Times are taken on one clock: on CPU the CPU time of
+the computing thread (`time.thread_time`; torch runs one thread), on CUDA the wall clock. Model forwards are timed
+with forward pre/post hooks on the target and the assistant (outermost call only), and every round of the decoding
+loop is timestamped by a stopping criterion that never stops anything (the loops call the stopping criteria once per
+round: once per token for greedy, once per verification for assisted).
+"""
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import sys
+import time
+
+import torch
+
+PROMPT_LENGTH = 16
+MAX_POSITIONS = 2048  # prompt + 1024 new tokens + the largest candidate block fit comfortably
+PERTURBATION = float(os.environ.get("BENCH_PERTURBATION", "0.2"))  # noise scale of the partial-acceptance assistant
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU (default 1)")
+    parser.add_argument(
+        "--clock",
+        default="auto",
+        choices=["auto", "cpu", "wall"],
+        help="CPU time of the (single) computing thread, or wall clock (auto: cpu on CPU, wall on CUDA)",
+    )
+    return parser.parse_args()
+
+
+class Clock:
+    """Accumulates the time spent inside model forwards and timestamps the rounds of the decoding loop."""
+
+    def __init__(self, device, clock):
+        self.device = device
+        # With one torch thread every forward runs on this thread, and its CPU time is the time the work takes on a
+        # core of its own: unlike wall clock, it does not count the time the scheduler gives to other processes.
+        self.now = time.thread_time if clock == "cpu" else time.perf_counter
+        self.depth = 0
+        self.started = 0.0
+        self.forward_time = 0.0
+        self.forward_calls = 0
+        self.rounds = []  # (wall time, sequence length, forward calls so far, forward time so far)
+
+    def sync(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def reset(self):
+        self.depth = 0
+        self.forward_time = 0.0
+        self.forward_calls = 0
+        self.rounds = []
+
+    def pre_hook(self, module, args):
+        if self.depth == 0:
+            self.sync()
+            self.started = self.now()
+        self.depth += 1
+
+    def post_hook(self, module, args, output):
+        self.depth -= 1
+        if self.depth == 0:
+            self.sync()
+            self.forward_time += self.now() - self.started
+            self.forward_calls += 1
+
+    def attach(self, modules):
+        seen = set()
+        for module in modules:
+            if module is None or id(module) in seen:
+                continue
+            seen.add(id(module))
+            module.register_forward_pre_hook(self.pre_hook)
+            module.register_forward_hook(self.post_hook)
+
+    def round_end(self, length):
+        self.sync()
+        self.rounds.append((self.now(), length, self.forward_calls, self.forward_time))
+
+
+def build_workloads(device, dtype):
+    """Name -> factory returning (target, assistant, prompt kwargs). Factories are called lazily."""
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
+
+    transformers.logging.set_verbosity_error()
+
+    def finish(model):
+        return model.to(device=device, dtype=dtype).eval()
+
+    def gpt2_target():
+        # GPT-2 small: 12 layers, 768 wide, 12 heads, 50257-token vocabulary (~124M parameters with 1024 positions).
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(n_positions=MAX_POSITIONS))
+
+    def gpt2_draft():
+        # A small draft with the same vocabulary: 2 layers, 256 wide (~14M parameters, most of them the embedding).
+        torch.manual_seed(1)
+        return GPT2LMHeadModel(GPT2Config(n_positions=MAX_POSITIONS, n_layer=2, n_embd=256, n_head=4))
+
+    def perturbed(model, scale, seed):
+        # A copy of the target with Gaussian noise on every weight: it agrees with the target on part of the tokens.
+        copied = copy.deepcopy(model)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for parameter in copied.parameters():
+                noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
+                parameter.add_(noise.to(parameter.dtype) * (parameter.float().std() * scale).to(parameter.dtype))
+        return copied
+
+    def decoder_prompt(vocab_size):
+        generator = torch.Generator().manual_seed(2)
+        input_ids = torch.randint(0, vocab_size, (1, PROMPT_LENGTH), generator=generator).to(device)
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+    cache = {}
+
+    def target():
+        if "gpt2" not in cache:
+            cache["gpt2"] = finish(gpt2_target())
+        return cache["gpt2"]
+
+    def draft():
+        model = target()
+        return model, finish(gpt2_draft()), decoder_prompt(model.config.vocab_size)
+
+    def self_assist():
+        model = target()
+        return model, model, decoder_prompt(model.config.vocab_size)
+
+    def partial():
+        model = target()
+        return model, finish(perturbed(model, PERTURBATION, seed=3)), decoder_prompt(model.config.vocab_size)
+
+    def encoder_decoder():
+        # T5-small-like target (6+6 layers, 512 wide, ~60M parameters) and a 2+2-layer, 256-wide draft.
+        torch.manual_seed(4)
+        model = finish(T5ForConditionalGeneration(T5Config(decoder_start_token_id=0)))
+        torch.manual_seed(5)
+        small = T5Config(d_model=256, d_ff=1024, d_kv=32, num_layers=2, num_heads=8, decoder_start_token_id=0)
+        assistant = finish(T5ForConditionalGeneration(small))
+        return model, assistant, decoder_prompt(model.config.vocab_size)
+
+    return {"draft": draft, "self": self_assist, "partial": partial, "encdec": encoder_decoder}
+
+
+def checksum(*models):
+    digest = hashlib.sha256()
+    seen = set()
+    for model in models:
+        if id(model) in seen:
+            continue
+        seen.add(id(model))
+        for name, tensor in sorted(model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(f"{tensor.float().sum().item():.6e}".encode())
+    return digest.hexdigest()[:16]
+
+
+class Worker:
+    def __init__(self, args):
+        self.device = args.device
+        self.dtype = getattr(torch, args.dtype)
+        if self.device == "cpu":
+            torch.set_num_threads(args.threads)
+        self.clock_name = args.clock if args.clock != "auto" else ("wall" if self.device == "cuda" else "cpu")
+        self.clock = Clock(self.device, self.clock_name)
+        self.factories = None
+        self.loaded = {}
+
+    def info(self):
+        import transformers
+
+        return {
+            "transformers": transformers.__version__,
+            "transformers_file": os.path.dirname(os.path.abspath(transformers.__file__)),
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "threads": torch.get_num_threads(),
+            "device": self.device,
+            "device_name": torch.cuda.get_device_name(0) if self.device == "cuda" else "cpu",
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "pid": os.getpid(),
+            "clock": self.clock_name,
+        }
+
+    def workload(self, name):
+        if name not in self.loaded:
+            if self.factories is None:
+                self.factories = build_workloads(self.device, self.dtype)
+            target, assistant, prompt = self.factories[name]()
+            self.clock.attach([target, assistant])
+            for model in (target, assistant):
+                if model.config.is_encoder_decoder:
+                    self.clock.attach([model.get_encoder()])
+            self.loaded[name] = (target, assistant, prompt, checksum(target, assistant))
+        return self.loaded[name]
+
+    def run(self, workload, method, max_new_tokens, marks=()):
+        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+        clock = self.clock
+        target, assistant, prompt, weights = self.workload(workload)
+
+        class RoundEnd(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                clock.round_end(input_ids.shape[-1])
+                return False
+
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=None,  # random weights: never stop early, every run generates exactly max_new_tokens
+            pad_token_id=0,
+            decoder_start_token_id=0 if target.config.is_encoder_decoder else None,
+            use_cache=True,
+        )
+        extra = {}
+        if method == "assisted":
+            # The assistant's candidate-length heuristic persists on the model across calls: start every run afresh.
+            for name in ("max_assistant_tokens", "num_assistant_tokens"):
+                if name in assistant.__dict__:
+                    delattr(assistant, name)
+            extra["assistant_model"] = assistant
+        start_length = 1 if target.config.is_encoder_decoder else prompt["input_ids"].shape[1]
+
+        clock.reset()
+        with torch.no_grad():
+            clock.sync()
+            cpu_start = time.process_time()
+            wall_start = time.perf_counter()
+            start = clock.now()
+            output = target.generate(
+                **prompt, generation_config=config, stopping_criteria=StoppingCriteriaList([RoundEnd()]), **extra
+            )
+            clock.sync()
+            elapsed = clock.now() - start
+            wall = time.perf_counter() - wall_start
+            cpu = time.process_time() - cpu_start
+
+        new_tokens = output.shape[1] - start_length
+        rounds = clock.rounds
+        if not rounds or rounds[-1][1] < output.shape[1]:
+            # The stopping criteria list stops asking at the first criterion that fires (the length limit, which
+            # comes first), so the last round is not timestamped: it ends when generate() returns.
+            rounds.append((start + elapsed, output.shape[1], clock.forward_calls, clock.forward_time))
+        # Per round: tokens added, forwards run (one target verification + one assistant forward per candidate).
+        added, forwards = [], []
+        previous_length, previous_calls = start_length, 0
+        for _, length, calls, _ in rounds:
+            added.append(length - previous_length)
+            forwards.append(calls - previous_calls)
+            previous_length, previous_calls = length, calls
+        if method == "assisted":
+            proposed = sum(max(calls - 1, 0) for calls in forwards)
+            accepted = sum(max(count - 1, 0) for count in added)
+        else:
+            proposed = accepted = 0
+        # Loop overhead: between the end of the first round (which holds the prompt's forward) and the last one.
+        if len(rounds) > 1:
+            span = rounds[-1][0] - rounds[0][0]
+            span_forward = rounds[-1][3] - rounds[0][3]
+            overhead_per_round = (span - span_forward) / (len(rounds) - 1)
+            loop_per_token = span / (rounds[-1][1] - rounds[0][1])
+        else:
+            overhead_per_round = loop_per_token = float("nan")
+        # Time per token for a run of M new tokens (the prefix of this run: identical work), for each mark M.
+        prefix = {}
+        for mark in marks:
+            for when, length, _, _ in rounds:
+                if length - start_length >= mark:
+                    prefix[str(mark)] = (when - start) / (length - start_length)
+                    break
+        return {
+            "workload": workload,
+            "method": method,
+            "max_new_tokens": max_new_tokens,
+            "new_tokens": new_tokens,
+            "time": elapsed,  # on the worker's clock, as every time below
+            "per_token": elapsed / new_tokens,
+            "wall": wall,
+            "wall_per_token": wall / new_tokens,
+            "cpu": cpu,  # process CPU time, all threads
+            "cpu_per_token": cpu / new_tokens,
+            "forward_time": clock.forward_time,
+            "forward_calls": clock.forward_calls,
+            "rounds": len(rounds),
+            "overhead_per_round": overhead_per_round,
+            "loop_per_token": loop_per_token,
+            "proposed": proposed,
+            "accepted": accepted,
+            "prefix_per_token": prefix,
+            "output_sha": hashlib.sha256(output.cpu().numpy().tobytes()).hexdigest()[:16],
+            "weights_sha": weights,
+        }
+
+
+def main():
+    args = parse_args()
+    # Answers go to the original stdout; anything else printed (warnings, libraries) goes to stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    worker = Worker(args)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        command = json.loads(line)
+        try:
+            if command["op"] == "info":
+                answer = worker.info()
+            elif command["op"] == "load":
+                answer = {"weights": {name: worker.workload(name)[3] for name in command["workloads"]}}
+            elif command["op"] == "run":
+                answer = worker.run(
+                    command["workload"], command["method"], command["max_new_tokens"], command.get("marks", ())
+                )
+            elif command["op"] == "quit":
+                break
+            else:
+                raise ValueError(f"unknown op {command['op']!r}")
+            answer = {"ok": True, **answer}
+        except Exception as error:  # reported to the driver, which stops the benchmark
+            import traceback
+
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+        answers.write(json.dumps(answer) + "\n")
+
+
+if __name__ == "__main__":
+    main()
