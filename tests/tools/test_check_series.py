@@ -1,0 +1,156 @@
+"""scripts/check_series.py: every prefix of the series applies, imports and passes the regression tests."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "check_series.py"
+BUILD_TREE = REPO / "build" / "transformers"
+PRISTINE_TAG = "upstream-v4.31.0"
+IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@localhost"]
+
+pytestmark = pytest.mark.skipif(not (BUILD_TREE / ".git").exists(), reason="build/transformers is not built")
+
+# Stands in for the regression part of the suite: one test per model class, named after it, failing when the
+# tree's module says so; it also checks the environment check_series promises.
+FAKE_REGRESSION_TEST = """\
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+import transformers
+
+
+@pytest.mark.parametrize(
+    "class_name, module", [("GPT2LMHeadModel", "gpt2"), ("BloomForCausalLM", "bloom"), ("OPTForCausalLM", "opt")]
+)
+def test_plain_generation_unchanged(class_name, module):
+    assert os.environ["SERIES_PARTIAL"] == "1"
+    tree = Path(os.environ["TRANSFORMERS_TREE"])
+    assert tree / "src" in Path(transformers.__file__).parents
+    modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    assert getattr(modeling, class_name)
+    assert not getattr(modeling, "BREAKS_REGRESSION", False)
+"""
+
+
+def edit(tree: Path, path: str, old: str, new: str) -> None:
+    file = tree / path
+    text = file.read_text()
+    assert old in text, (path, old)
+    file.write_text(text.replace(old, new, 1))
+
+
+def commit(tree: Path, subject: str) -> None:
+    subprocess.run(["git", "-C", str(tree), *IDENTITY, "commit", "-qam", subject], check=True)
+
+
+GPT2 = "src/transformers/models/gpt2/modeling_gpt2.py"
+BLOOM = "src/transformers/models/bloom/modeling_bloom.py"
+GENERATION = "src/transformers/generation/utils.py"
+LOGGER = "logger = logging.get_logger(__name__)\n"
+
+
+@pytest.fixture(scope="module")
+def patches(tmp_path_factory):
+    """Patch files made from commits on the pristine tag, by name."""
+    root = tmp_path_factory.mktemp("series")
+    scratch = root / "scratch"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(BUILD_TREE), str(scratch)], check=True)
+    subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "a", PRISTINE_TAG], check=True)
+    edit(scratch, GPT2, LOGGER, LOGGER + "# gpt2 patched\n")
+    commit(scratch, "models: gpt2")
+    edit(scratch, GENERATION, LOGGER, LOGGER + "# generation patched\n")
+    commit(scratch, "generation: utils")
+    subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "b", PRISTINE_TAG], check=True)
+    edit(scratch, BLOOM, LOGGER, LOGGER + "BREAKS_REGRESSION = True\n")
+    commit(scratch, "models: bloom breaks the regression tests")
+    subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "c", PRISTINE_TAG], check=True)
+    edit(scratch, BLOOM, LOGGER, LOGGER + "import a_module_that_does_not_exist  # noqa\n")
+    commit(scratch, "models: bloom breaks the import")
+    subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "d", PRISTINE_TAG], check=True)
+    edit(scratch, GPT2, LOGGER, LOGGER + "# gpt2 patched differently\n")
+    commit(scratch, "models: gpt2 conflicting")
+    out = root / "all"
+    made = {}
+    for branch, count in (("a", 2), ("b", 1), ("c", 1), ("d", 1)):
+        names = subprocess.run(
+            ["git", "-C", str(scratch), "format-patch", "-o", str(out), f"{PRISTINE_TAG}..{branch}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert len(names) == count
+        for number, name in enumerate(names):
+            made[f"{branch}{number + 1}"] = Path(name)
+    return made
+
+
+def series(tmp_path: Path, patches: dict, *keys: str) -> Path:
+    folder = tmp_path / "patches"
+    folder.mkdir()
+    lines = ["# the order is bisectable"]
+    for number, key in enumerate(keys, start=1):
+        name = f"{number:04d}-{key}.patch"
+        (folder / name).write_bytes(patches[key].read_bytes())
+        lines.append(name)
+    (folder / "series").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def check(folder: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    test = tmp_path / "test_fake_regression.py"
+    test.write_text(textwrap.dedent(FAKE_REGRESSION_TEST))
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--patches", str(folder), "--tests", str(test), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_good_series_passes(patches, tmp_path):
+    result = check(series(tmp_path, patches, "a1", "a2"), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    # A model patch runs the tests of the classes its files define; a generation patch runs all of them.
+    assert any(line.startswith("[1/2] 0001-a1.patch: OK") and "1 passed, 2 deselected" in line for line in lines)
+    assert any(line.startswith("[2/2] 0002-a2.patch: OK") and "tests [all]: 3 passed" in line for line in lines)
+    assert "check_series: OK: all 2 prefixes apply, import and pass" in result.stdout
+
+
+def test_regression_failure_names_the_prefix(patches, tmp_path):
+    result = check(series(tmp_path, patches, "b1"), tmp_path)
+    assert result.returncode == 1
+    assert "[1/1] 0001-b1.patch: BROKEN: prefix 1 (0001-b1.patch): the regression tests fail" in result.stdout
+    assert "BREAKS_REGRESSION" in result.stdout
+    assert "check_series: FAILED: first broken prefix is 1 (0001-b1.patch)" in result.stdout
+
+
+def test_import_failure_names_the_prefix(patches, tmp_path):
+    result = check(series(tmp_path, patches, "c1"), tmp_path, "--no-tests")
+    assert result.returncode == 1
+    assert "BROKEN: prefix 1 (0001-c1.patch): an import fails" in result.stdout
+    assert "a_module_that_does_not_exist" in result.stdout
+
+
+def test_patch_that_does_not_apply_names_the_prefix(patches, tmp_path):
+    result = check(series(tmp_path, patches, "a1", "d1"), tmp_path, "--no-tests")
+    assert result.returncode == 1
+    assert "[1/2] 0001-a1.patch: OK" in result.stdout
+    assert "[2/2] 0002-d1.patch: BROKEN: patch 2 (0002-d1.patch) does not apply" in result.stdout
+    assert "check_series: FAILED: first broken prefix is 2 (0002-d1.patch)" in result.stdout
+
+
+def test_missing_patch_is_reported(patches, tmp_path):
+    folder = series(tmp_path, patches, "a1")
+    (folder / "series").write_text("0001-a1.patch\n0002-missing.patch\n")
+    result = check(folder, tmp_path)
+    assert result.returncode == 1
+    assert "[1/2]" not in result.stdout  # found before anything is applied
+    assert "patch 2 (0002-missing.patch) is listed in series but missing" in result.stdout
