@@ -13,7 +13,10 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 def tiny_gpt2(seed: int) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, pad_token_id=0)
+    # Larger weights than the default initialization: the output then depends on the whole context.
+    config = GPT2Config(
+        vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, initializer_range=0.5, pad_token_id=0
+    )
     return GPT2LMHeadModel(config).eval()
 
 
