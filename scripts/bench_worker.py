@@ -28,7 +28,7 @@ import torch
 
 PROMPT_LENGTH = 16
 MAX_POSITIONS = 2048  # prompt + 1024 new tokens + the largest candidate block fit comfortably
-PERTURBATION = float(os.environ.get("BENCH_PERTURBATION", "0.2"))  # noise scale of the partial-acceptance assistant
+PERTURBATION = float(os.environ.get("BENCH_PERTURBATION", "0.15"))  # noise scale of the partial-acceptance assistant
 
 
 def parse_args():
