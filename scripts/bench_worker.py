@@ -159,7 +159,18 @@ def build_workloads(device, dtype):
         assistant = finish(T5ForConditionalGeneration(small))
         return model, assistant, decoder_prompt(model.config.vocab_size)
 
-    return {"draft": draft, "self": self_assist, "partial": partial, "encdec": encoder_decoder}
+    def loop():
+        # Models so small that the forwards cost about as much as the Python around them: the loop's own cost per
+        # round shows here as it would next to the fast forwards of an accelerator.
+        torch.manual_seed(6)
+        model = finish(
+            GPT2LMHeadModel(GPT2Config(n_positions=MAX_POSITIONS, n_layer=2, n_embd=64, n_head=2, vocab_size=1000))
+        )
+        torch.manual_seed(7)
+        small = GPT2Config(n_positions=MAX_POSITIONS, n_layer=1, n_embd=32, n_head=2, vocab_size=1000)
+        return model, finish(GPT2LMHeadModel(small)), decoder_prompt(model.config.vocab_size)
+
+    return {"draft": draft, "self": self_assist, "partial": partial, "encdec": encoder_decoder, "loop": loop}
 
 
 def checksum(*models):
