@@ -300,25 +300,33 @@ def _decoder(layers):
 
 
 def _gptsan(layers):
-    """GPTSan: the layer count is switch + extension layers; experts shrink too."""
+    """GPTSan: the layer count is switch + extension layers; few experts, with a capacity no token overflows (with
+    overflow, which tokens an expert drops depends on how many are processed together)."""
     return {
         "num_switch_layers": layers,
         "num_ext_layers": 0,
         "num_experts": 2,
-        "expert_capacity": 8,
+        "expert_capacity": 64,
         "d_ext": 32,
         "d_spout": 8,
     }
 
 
 def _switch(layers):
-    """Switch Transformers: sparse layers every step, few experts."""
-    return {"num_experts": 2, "expert_capacity": 8, "num_sparse_encoder_layers": 1, "num_sparse_decoder_layers": 1}
+    """Switch Transformers: few experts, with a capacity no token overflows (as GPTSan); no router jitter (4.31
+    applies it in eval mode too, which makes every forward pass random)."""
+    return {
+        "router_jitter_noise": 0.0,
+        "num_experts": 2,
+        "expert_capacity": 64,
+        "num_sparse_encoder_layers": 1,
+        "num_sparse_decoder_layers": 1,
+    }
 
 
 def _nllb_moe(layers):
-    """NLLB-MoE: few experts, capacity large enough for the tiny batch."""
-    return {"num_experts": 2, "expert_capacity": 8, "encoder_sparse_step": 2, "decoder_sparse_step": 2}
+    """NLLB-MoE: few experts, with a capacity no token overflows (as GPTSan)."""
+    return {"num_experts": 2, "expert_capacity": 64, "encoder_sparse_step": 2, "decoder_sparse_step": 2}
 
 
 def _cpmant(layers):
