@@ -1,0 +1,196 @@
+"""What assisted generation must do for every class that defines `prepare_inputs_for_generation`.
+
+This table is the specification of the patch series. Every class the suite discovers (see
+`support.tiny_models.discover_generation_classes`) must have an entry, and every entry must name a discovered class:
+
+- `supported`: assisted generation returns exactly what greedy generation returns, in every scenario that applies
+  to the class (`support.tiny_models.applicable_scenarios`), and the slicing of `prepare_inputs_for_generation`
+  follows the cache length.
+- `refused`: assisted generation raises a `ValueError` whose message contains
+  "Assisted generation is not supported by {ClassName}: {reason}". `reason` is the text the series puts in the
+  message; `why` explains it for the documentation. The class's `prepare_inputs_for_generation` keeps the stock
+  one-token behaviour.
+
+`requires` names an optional dependency without which the class cannot be built at all; its tests are skipped
+(with that reason) where the dependency is missing, and run where it is installed.
+
+`docs/model-status.md` renders this table next to the measured results (`make report`).
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+SUPPORTED = "supported"
+REFUSED = "refused"
+
+NO_CACHE = "its forward pass takes no `past_key_values`, so it returns no cache that can be cropped"
+ONE_TOKEN_DECODER = "its decoder only accepts one new token at a time with a cache"
+CODEBOOKS = "it decodes several codebooks at once, following a delay pattern"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    status: str
+    reason: Optional[str] = None  # refused: the text the error message must contain
+    why: Optional[str] = None  # what makes it so, for the documentation
+    requires: Optional[str] = None  # importable module the class cannot be built without
+
+    @property
+    def supported(self):
+        return self.status == SUPPORTED
+
+
+def supported(why=None, requires=None):
+    return Expectation(SUPPORTED, why=why, requires=requires)
+
+
+def refused(reason, why):
+    return Expectation(REFUSED, reason=reason, why=why)
+
+
+_MASKED_LM = "a masked LM re-reads the whole sequence at every step (it appends a mask token); it has no cache"
+
+EXPECTATIONS = {
+    # ---- decoder-only ---------------------------------------------------------------------------------------------
+    "BarkCausalModel": supported(),
+    "BarkCoarseModel": supported(),
+    "BarkSemanticModel": refused(
+        "its first forward pass reads prompt embeddings, not the candidate tokens",
+        "the semantic model is prompted with text embeddings merged with the history prompt, passed as "
+        "`input_embeds` on the first step",
+    ),
+    "BartForCausalLM": supported(),
+    "BertGenerationDecoder": supported(),
+    "BertLMHeadModel": supported(),
+    "BigBirdForCausalLM": supported(),
+    "BigBirdPegasusForCausalLM": supported(),
+    "BioGptForCausalLM": supported(),
+    "BlenderbotForCausalLM": supported(),
+    "BlenderbotSmallForCausalLM": supported(),
+    "BlipTextLMHeadModel": supported(why="tested with image embeddings as `encoder_hidden_states`"),
+    "BloomForCausalLM": supported(why="fused (batch * heads) cache layout"),
+    "CTRLLMHeadModel": supported(),
+    "CamembertForCausalLM": supported(),
+    "CodeGenForCausalLM": supported(),
+    "CpmAntForCausalLM": refused(
+        "its new tokens attend to each other, so candidates would see later ones",
+        "CpmAnt's forward pass treats the tokens it is given as context that attend to each other in both "
+        "directions, so a candidate would see the candidates after it",
+    ),
+    "Data2VecTextForCausalLM": supported(),
+    "ElectraForCausalLM": supported(),
+    "ErnieForCausalLM": supported(),
+    "FalconForCausalLM": supported(),
+    "GPT2DoubleHeadsModel": supported(),
+    "GPT2LMHeadModel": supported(why="the issue's case (#25020): `token_type_ids`"),
+    "GPTBigCodeForCausalLM": supported(why="multi-query single-tensor cache layout"),
+    "GPTJForCausalLM": supported(),
+    "GPTNeoForCausalLM": supported(),
+    "GPTNeoXForCausalLM": supported(),
+    "GPTNeoXJapaneseForCausalLM": supported(),
+    "GPTSanJapaneseForConditionalGeneration": supported(why="prefix LM: `token_type_ids` mark the prefix"),
+    "GitForCausalLM": supported(why="the cache also holds the image tokens before the text"),
+    "ImageGPTForCausalImageModeling": supported(),
+    "LlamaForCausalLM": supported(),
+    "MBartForCausalLM": supported(),
+    "MarianForCausalLM": supported(),
+    "MegatronBertForCausalLM": supported(),
+    "MvpForCausalLM": supported(),
+    "OPTForCausalLM": supported(),
+    "OpenLlamaForCausalLM": supported(),
+    "PLBartForCausalLM": supported(),
+    "PegasusForCausalLM": supported(),
+    "QDQBertLMHeadModel": supported(requires="pytorch_quantization"),
+    "RemBertForCausalLM": supported(),
+    "RoCBertForCausalLM": supported(),
+    "RoFormerForCausalLM": supported(),
+    "RobertaForCausalLM": supported(),
+    "RobertaPreLayerNormForCausalLM": supported(),
+    "Speech2Text2ForCausalLM": supported(),
+    "TrOCRForCausalLM": supported(),
+    "XGLMForCausalLM": supported(),
+    "XLMRobertaForCausalLM": supported(),
+    "XLMRobertaXLForCausalLM": supported(),
+    "XmodForCausalLM": supported(),
+    # ---- encoder-decoder ------------------------------------------------------------------------------------------
+    "BartForConditionalGeneration": supported(),
+    "BigBirdPegasusForConditionalGeneration": supported(),
+    "BlenderbotForConditionalGeneration": supported(),
+    "BlenderbotSmallForConditionalGeneration": supported(),
+    "EncoderDecoderModel": supported(why="tested with BERT encoder and decoder"),
+    "FSMTForConditionalGeneration": supported(),
+    "LEDForConditionalGeneration": supported(),
+    "LongT5ForConditionalGeneration": supported(),
+    "M2M100ForConditionalGeneration": supported(),
+    "MBartForConditionalGeneration": supported(),
+    "MT5ForConditionalGeneration": supported(),
+    "MarianMTModel": supported(),
+    "MvpForConditionalGeneration": supported(),
+    "NllbMoeForConditionalGeneration": supported(),
+    "PLBartForConditionalGeneration": supported(),
+    "PegasusForConditionalGeneration": supported(),
+    "PegasusXForConditionalGeneration": supported(),
+    "Pix2StructForConditionalGeneration": supported(why="tested with `flattened_patches`"),
+    "RagTokenForGeneration": supported(why="tested with given context documents and scores (no retriever)"),
+    "SpeechEncoderDecoderModel": supported(why="tested with a Wav2Vec2 encoder (`input_values`) and a BERT decoder"),
+    "Speech2TextForConditionalGeneration": supported(why="tested with `input_features`"),
+    "SpeechT5ForSpeechToText": supported(why="tested with `input_values`"),
+    "SwitchTransformersForConditionalGeneration": supported(),
+    "T5ForConditionalGeneration": supported(),
+    "UMT5ForConditionalGeneration": supported(),
+    "VisionEncoderDecoderModel": supported(why="tested with a ViT encoder (`pixel_values`) and a GPT-2 decoder"),
+    "WhisperForConditionalGeneration": supported(why="tested with `input_features`"),
+    # ---- refused: no cache ----------------------------------------------------------------------------------------
+    "BertForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "BigBirdForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "ErnieForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "MegatronBertForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "NezhaForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "QDQBertForMaskedLM": Expectation(REFUSED, NO_CACHE, _MASKED_LM, requires="pytorch_quantization"),
+    "RemBertForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "RoCBertForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "RoFormerForMaskedLM": refused(NO_CACHE, _MASKED_LM),
+    "MarkupLMModel": refused(
+        NO_CACHE,
+        "a bare encoder without an LM head; its forward pass takes no cache (plain generation fails as well)",
+    ),
+    "OpenAIGPTLMHeadModel": refused(NO_CACHE, "GPT-1 was written without a key/value cache"),
+    "FlaubertWithLMHeadModel": refused(NO_CACHE, "XLM-style models re-read the whole sequence at every step"),
+    "XLMWithLMHeadModel": refused(NO_CACHE, "XLM-style models re-read the whole sequence at every step"),
+    "ReformerModelWithLMHead": refused(
+        NO_CACHE, "Reformer's cache (`past_buckets_states`) holds LSH buckets that cannot be cropped"
+    ),
+    "RwkvForCausalLM": refused(
+        NO_CACHE, "RWKV keeps a recurrent state, which cannot be rewound to an earlier position"
+    ),
+    "TransfoXLLMHeadModel": refused(NO_CACHE, "Transformer-XL keeps segment memories (`mems`), not a cropable cache"),
+    "XLNetLMHeadModel": refused(NO_CACHE, "XLNet keeps memories (`mems`) and predicts through a permutation mask"),
+    # ---- refused: a cache that cannot take part -------------------------------------------------------------------
+    "MegaForCausalLM": refused(
+        "its cache holds an EMA state that cannot be cropped",
+        "Mega's moving-average state summarises every token seen so far and cannot be rewound",
+    ),
+    "MusicgenForCausalLM": refused(CODEBOOKS, "its own `generate` decodes the codebooks with a delay pattern"),
+    "MusicgenForConditionalGeneration": refused(
+        CODEBOOKS, "its own `generate` decodes the codebooks with a delay pattern"
+    ),
+    "ProphetNetForCausalLM": refused(ONE_TOKEN_DECODER, "the n-gram predicting stream is built for one token"),
+    "ProphetNetForConditionalGeneration": refused(
+        ONE_TOKEN_DECODER, "the n-gram predicting stream is built for one token"
+    ),
+    "XLMProphetNetForCausalLM": refused(ONE_TOKEN_DECODER, "the n-gram predicting stream is built for one token"),
+    "XLMProphetNetForConditionalGeneration": refused(
+        ONE_TOKEN_DECODER, "the n-gram predicting stream is built for one token"
+    ),
+}
+
+
+def expectation(class_name):
+    """The table entry of `class_name`; raises KeyError (a test failure) where there is none."""
+    return EXPECTATIONS[class_name]
+
+
+def refusal_message(class_name):
+    """The text the ValueError of a refused class must contain."""
+    entry = EXPECTATIONS[class_name]
+    return f"Assisted generation is not supported by {class_name}: {entry.reason}"
