@@ -1,0 +1,119 @@
+"""Assisted generation must return what greedy generation returns, for every class that can generate.
+
+One test id per class and scenario, `test_assisted_vs_greedy[ClassName-scenario]`:
+
+- `supported` classes (see `support/expectations.py`): the sequences of assisted and greedy generation must be
+  equal token for token, and their scores equal within `SCORE_ATOL` (the largest difference is recorded as the
+  `max_score_diff` property of the test, which `make report` shows). Where the greedy output does not change when
+  the scenario's extra input changes (padding, token types, encoder mask), or where the model repeats one token,
+  the comparison proves nothing: the test is skipped with a reason that says so, instead of passing.
+- `refused` classes: assisted generation must raise a ValueError naming assisted generation, the class and the
+  reason of the table (one id, `[ClassName-plain]`).
+"""
+
+import warnings
+
+import pytest
+import torch
+
+from models import harness
+from support.expectations import EXPECTATIONS, refusal_message
+from support.tiny_models import MAX_NEW_TOKENS, applicable_scenarios, generate, generation_inputs, reset_assistant
+
+SCORE_ATOL = 1e-4
+EXTRA_INPUT = {
+    "token_type_ids": "the token type ids",
+    "left_pad": "the padding of the prompt",
+    "enc_mask": "the encoder attention mask",
+}
+
+
+def _cases():
+    cases = []
+    for name, cls in sorted(harness.classes().items()):
+        entry = EXPECTATIONS.get(name)
+        if entry is not None and not entry.supported:
+            cases.append((name, "plain"))
+        else:
+            cases.extend((name, scenario) for scenario in applicable_scenarios(cls))
+    return cases
+
+
+def _run(model, kwargs, assistant=None):
+    kwargs = dict(kwargs, output_scores=True, return_dict_in_generate=True)
+    if assistant is not None:
+        reset_assistant(assistant)
+        kwargs["assistant_model"] = assistant
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        output = generate(model, **kwargs)
+    if torch.is_tensor(output):  # custom `generate` methods that ignore return_dict_in_generate
+        return output, None
+    scores = getattr(output, "scores", None)
+    return output.sequences, (torch.stack(scores, dim=1) if scores else None)
+
+
+def _continuation(sequences):
+    # decoder-only outputs start with the prompt; the continuation is what differs between runs
+    return sequences[..., -MAX_NEW_TOKENS:]
+
+
+def _first_difference(a, b):
+    a, b = a.flatten().tolist(), b.flatten().tolist()
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+@pytest.mark.parametrize("name, scenario", _cases(), ids=[f"{n}-{s}" for n, s in _cases()])
+def test_assisted_vs_greedy(name, scenario, record_property):
+    entry = EXPECTATIONS.get(name)
+    assert entry is not None, f"{name} has no entry in tests/support/expectations.py"
+    missing = harness.missing_requirement(name)
+    if missing:
+        pytest.skip(f"requires {missing}, which is not installed")
+
+    target = harness.cached_model(name)
+    assistant = target if scenario == "self" else harness.cached_model(name, assistant=True)
+    kwargs = generation_inputs(target, scenario)
+
+    if not entry.supported:
+        with pytest.raises(ValueError) as error:
+            _run(target, kwargs, assistant=assistant)
+        assert refusal_message(name) in str(error.value)
+        return
+
+    greedy, greedy_scores = _run(target, kwargs)
+    assisted, assisted_scores = _run(target, kwargs, assistant=assistant)
+
+    assert greedy.shape == assisted.shape and torch.equal(greedy, assisted), (
+        f"assisted generation differs from greedy generation ({scenario}), first at flat position "
+        f"{_first_difference(greedy, assisted)}:\n  greedy:   {greedy.tolist()}\n  assisted: {assisted.tolist()}"
+    )
+
+    if greedy_scores is not None and assisted_scores is not None:
+        assert greedy_scores.shape == assisted_scores.shape, "assisted and greedy scores differ in shape"
+        finite = torch.isfinite(greedy_scores) & torch.isfinite(assisted_scores)
+        assert torch.equal(torch.isfinite(greedy_scores), torch.isfinite(assisted_scores))
+        max_diff = (greedy_scores[finite] - assisted_scores[finite]).abs().max().item() if finite.any() else 0.0
+        record_property("max_score_diff", f"{max_diff:.3g}")
+        assert max_diff <= SCORE_ATOL, f"scores differ by up to {max_diff:.3g} (tolerance {SCORE_ATOL})"
+    else:
+        record_property("max_score_diff", "n/a")
+
+    # A comparison only proves something if the greedy output depends on what the scenario exercises.
+    if scenario in EXTRA_INPUT:
+        changed, _ = _run(target, generation_inputs(target, scenario, variant=1))
+        if changed.shape == greedy.shape and torch.equal(changed, greedy):
+            pytest.skip(
+                f"not proving anything: greedy output does not change with {EXTRA_INPUT[scenario]} "
+                "(assisted output was equal)"
+            )
+    continuation = _continuation(greedy)
+    if not continuation.dtype.is_floating_point and len(set(continuation.flatten().tolist())) == 1:
+        pytest.skip("not proving anything: the model repeats one token (assisted output was equal)")
+    if scenario == "plain":
+        alone, _ = _run(assistant, kwargs)
+        rejected = not (alone.shape == greedy.shape and torch.equal(alone, greedy))
+        record_property("candidates_rejected", "yes" if rejected else "no")
