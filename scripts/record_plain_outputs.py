@@ -1,0 +1,97 @@
+"""Records what stock transformers 4.31.0 does with the suite's tiny models, as test data.
+
+Run it with the stock tree (`make record-plain`, i.e. `.venv-stock/bin/python scripts/record_plain_outputs.py`):
+for every discovered class it stores the greedy, beam and contrastive outputs of plain generation, what
+`prepare_inputs_for_generation` returns at a captured greedy step (one new token, none, several), and the source of
+that method. `tests/models/test_plain_unchanged.py` and `tests/models/test_slicing.py` compare the patched fork
+with it. The file is per device (`tests/models/data/stock-<device>.json`) and carries a fingerprint of the code that
+builds the models and inputs, so that stale data is reported instead of compared.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from models import harness  # noqa: E402
+from support.device import DEVICE  # noqa: E402
+
+
+def record_class(name):
+    plain, slicing = {}, {}
+    for inputs in harness.plain_input_sets(name):
+        for mode in harness.PLAIN_MODES:
+            plain[f"{inputs}/{mode}"] = harness.run_plain(name, inputs, mode)
+    try:
+        captured = harness.capture_step(name)
+    except Exception as error:
+        slicing = {"error": harness.error_name(error)}
+    else:
+        for case in harness.SLICING_CASES:
+            try:
+                ids, output = harness.slicing_call(name, case, captured)
+                slicing[case] = {"input_ids": ids.cpu().tolist(), "output": harness.describe_output(output)}
+            except Exception as error:
+                slicing[case] = {"error": harness.error_name(error)}
+    return plain, slicing
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=None, help="default: tests/models/data/stock-<device>.json")
+    parser.add_argument("--allow-patched", action="store_true", help="record even if transformers is not stock")
+    args = parser.parse_args()
+
+    if transformers.__version__ != "4.31.0":
+        sys.exit(f"stock transformers 4.31.0 expected, got {transformers.__version__}")
+    source = Path(transformers.__file__).resolve()
+    if "stock" not in str(source) and "build/transformers" not in str(source) and not args.allow_patched:
+        print(f"warning: recording from {source}; make sure this is the pristine tree", file=sys.stderr)
+
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    start = time.time()
+    data = {
+        "meta": {
+            "transformers": transformers.__version__,
+            "transformers_path": str(source.parent),
+            "torch": torch.__version__,
+            "device": DEVICE,
+            "fingerprint": harness.factory_fingerprint(),
+            "plain_new_tokens": harness.PLAIN_NEW_TOKENS,
+        },
+        "plain": {},
+        "slicing": {},
+        "sources": {},
+        "skipped": {},
+    }
+    for name in sorted(harness.classes()):
+        missing = harness.missing_requirement(name)
+        if missing:
+            data["skipped"][name] = f"requires {missing}"
+            continue
+        data["plain"][name], data["slicing"][name] = record_class(name)
+        data["sources"][name] = harness.pifg_source(name)
+        print(f"recorded {name}", file=sys.stderr, flush=True)
+    output = args.output or harness.data_file(DEVICE)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(
+        f"wrote {output.relative_to(REPO) if output.is_relative_to(REPO) else output}: {len(data['plain'])} classes "
+        f"in {time.time() - start:.0f}s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
