@@ -20,8 +20,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-
 from models import harness  # noqa: E402
+
 from support.device import DEVICE  # noqa: E402
 
 

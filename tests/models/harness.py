@@ -5,6 +5,7 @@ The recording script runs this code on stock transformers 4.31.0 and stores the 
 implementation is what makes the comparison meaningful.
 """
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -51,10 +52,17 @@ def data_file(device=DEVICE):
 
 
 def factory_fingerprint():
-    """Hash of the code that builds the models and inputs: recorded data is only valid for the same code."""
+    """Hash of the code that builds the models and inputs (its syntax tree: comments, docstrings and formatting do
+    not count): recorded data is only valid for the same code."""
     digest = hashlib.sha256()
     for path in (SUPPORT_DIR / "tiny_models.py", Path(__file__)):
-        digest.update(path.read_bytes())
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+                if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+        digest.update(ast.dump(tree).encode())
     return digest.hexdigest()[:16]
 
 

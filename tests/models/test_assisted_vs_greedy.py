@@ -60,7 +60,7 @@ def _continuation(sequences):
 
 def _first_difference(a, b):
     a, b = a.flatten().tolist(), b.flatten().tolist()
-    for index, (x, y) in enumerate(zip(a, b)):
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return index
     return min(len(a), len(b))

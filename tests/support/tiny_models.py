@@ -27,7 +27,6 @@ Public API (other test modules import it; the names are stable):
   so that every assisted run starts from the same state.
 """
 
-import copy
 import functools
 import importlib
 import inspect
