@@ -1,0 +1,80 @@
+"""The documents in docs/ say what the code does: checked against the expectations, the series and the Makefile."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from support.expectations import EXPECTATIONS
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+
+
+def series_subjects() -> list[str]:
+    """The subjects of the patches, in patches/series order (folded Subject: headers unfolded)."""
+    series = REPO / "patches" / "series"
+    if not series.exists():
+        return []
+    subjects = []
+    for line in series.read_text().splitlines():
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        text = (REPO / "patches" / name).read_text()
+        match = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n[ \t].*)*)", text, re.MULTILINE)
+        subjects.append(re.sub(r"\s*\n[ \t]+", " ", match.group(1)).strip())
+    return subjects
+
+
+def refused_rows() -> dict[str, str]:
+    """`class -> reason` from the refused-classes table of design.md ("same" repeats the row above)."""
+    text = (DOCS / "design.md").read_text()
+    table = text.split("<!-- refused-classes", 1)[1].split("<!-- end of refused-classes -->", 1)[0]
+    rows, previous = {}, None
+    for match in re.finditer(r"^\| `(\w+)` \| (.*?) \|", table, re.MULTILINE):
+        name, reason = match.groups()
+        reason = previous if reason == "same" else reason
+        rows[name], previous = reason, reason
+    return rows
+
+
+def test_design_lists_exactly_the_refused_classes_of_the_expectation_table():
+    expected = {name: entry.reason for name, entry in EXPECTATIONS.items() if not entry.supported}
+    assert refused_rows() == expected
+
+
+def test_upstream_pr_follows_the_template():
+    text = (DOCS / "upstream-pr.md").read_text()
+    for needed in (
+        "# What does this PR do?",
+        "Fixes #25020",
+        "## Before submitting",
+        "## Who can review?",
+        "@gante",
+        "@ArthurZucker",
+        "@younesbelkada",
+    ):
+        assert needed in text
+
+
+def test_cover_letter_lists_the_series_in_order():
+    subjects = series_subjects()
+    if not subjects:
+        pytest.skip("patches/series is empty")
+    text = (DOCS / "cover-letter.md").read_text()
+    assert f"[PATCH 00/{len(subjects):02d}]" in text
+    positions = [text.find(subject) for subject in subjects]
+    assert -1 not in positions, [s for s, p in zip(subjects, positions, strict=True) if p == -1]
+    assert positions == sorted(positions), "the cover letter lists the patches out of order"
+
+
+# Targets of upstream's Makefile, which the PR text asks to run in the upstream checkout.
+UPSTREAM_TARGETS = {"fixup", "quality", "style", "repo-consistency"}
+
+
+def test_make_targets_named_in_the_docs_exist():
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.MULTILINE)) | UPSTREAM_TARGETS
+    for doc in DOCS.glob("*.md"):
+        for target in re.findall(r"`make ([a-z][a-z-]*)", doc.read_text()):
+            assert target in targets, f"{doc.name} names `make {target}`, which the Makefile does not define"
