@@ -1,0 +1,278 @@
+"""Runs the per-model tests on stock and on patched transformers and writes `docs/model-status.md`.
+
+`make report` runs it. Each side runs `pytest tests/models/` with its own interpreter and tree (by default
+`.venv-stock/bin/python` with `TRANSFORMERS_TREE=build/stock`, and `.venv/bin/python` with
+`TRANSFORMERS_TREE=build/transformers`), writes JUnit XML, and the two results are rendered side by side: one row
+per class, one column per scenario of `test_assisted_vs_greedy`, each cell "stock / patched", plus the slicing and
+plain-generation tests, the expectation table, and the date, torch, device and commits the report ran on.
+
+`--stock-xml` / `--patched-xml` render existing JUnit files instead of running pytest.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+SCENARIOS = ("plain", "self", "token_type_ids", "left_pad", "enc_mask")
+TEST_RE = re.compile(r"^(test_\w+)\[(.+)\]$")
+
+MARKS = {"passed": "pass", "failed": "**FAIL**", "error": "**ERROR**", "skipped": "skip", "not proving": "n.p."}
+
+
+def run_pytest(python, tree, xml_path, jobs, extra_env=None, pythonpath=None):
+    env = dict(os.environ, TRANSFORMERS_TREE=str(tree), **(extra_env or {}))
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    command = [str(python), "-m", "pytest", "tests/models", f"--junitxml={xml_path}", "-q", "--tb=line"]
+    command += ["-p", "no:cacheprovider"]
+    if jobs > 1:
+        command += ["-n", str(jobs)]
+    print("+", " ".join(command), f"(TRANSFORMERS_TREE={tree})", file=sys.stderr, flush=True)
+    completed = subprocess.run(command, cwd=REPO, env=env)
+    return completed.returncode
+
+
+def environment(python, tree, pythonpath=None):
+    """torch version, device and transformers location as seen by `python` (the suite's own device choice)."""
+    code = (
+        "import json, sys; sys.path.insert(0, 'tests'); import torch, transformers; "
+        "from support.device import DEVICE; "
+        "name = torch.cuda.get_device_name(0) if DEVICE == 'cuda' else ''; "
+        "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__, "
+        "'device': DEVICE + (f' ({name})' if name else ''), 'path': transformers.__file__}))"
+    )
+    env = dict(os.environ, TRANSFORMERS_TREE=str(tree))
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    try:
+        out = subprocess.run([str(python), "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.CalledProcessError, OSError, ValueError, IndexError) as error:
+        return {"torch": "?", "transformers": "?", "device": "?", "path": f"unavailable ({error})"}
+
+
+def git_commit(path):
+    """The checked-out commit of the git repository rooted at `path` (not of a repository above it)."""
+    try:
+        top = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        if Path(top).resolve() != Path(path).resolve():
+            return "no git checkout (an export of the tag)"
+        out = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (subprocess.CalledProcessError, OSError):
+        return "unknown"
+
+
+def parse_junit(path):
+    """{(test function, id): {"outcome": ..., "message": ..., "properties": {...}}}"""
+    results = {}
+    for case in ET.parse(path).iter("testcase"):
+        match = TEST_RE.match(case.get("name", ""))
+        if not match:
+            results[(case.get("name"), "")] = _outcome(case)
+            continue
+        results[(match.group(1), match.group(2))] = _outcome(case)
+    return results
+
+
+def _outcome(case):
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    for tag in ("failure", "error", "skipped"):
+        element = case.find(tag)
+        if element is not None:
+            message = (element.get("message") or element.text or "").strip()
+            outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+            if tag == "skipped" and "not proving anything" in message:
+                outcome = "not proving"
+            return {"outcome": outcome, "message": _first_line(message), "properties": properties}
+    return {"outcome": "passed", "message": "", "properties": properties}
+
+
+def _first_line(message):
+    for line in message.splitlines():
+        line = line.strip()
+        if line and not line.startswith("assert "):
+            return line[:300]
+    return message[:300]
+
+
+def cell(stock, patched):
+    def mark(result):
+        if result is None:
+            return "–"
+        return MARKS[result["outcome"]]
+
+    if stock is None and patched is None:
+        return ""
+    return f"{mark(stock)} / {mark(patched)}"
+
+
+def tally(results, function, name):
+    counts = defaultdict(int)
+    for (test, test_id), result in results.items():
+        if test == function and test_id.split("-")[0] == name:
+            counts[result["outcome"]] += 1
+    if not counts:
+        return "–"
+    total = sum(counts.values())
+    text = f"{counts['passed']}/{total}"
+    failed = counts["failed"] + counts["error"]
+    if failed:
+        text += f" (**{failed} FAIL**)"
+    return text
+
+
+def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, stock_rc, patched_rc):
+    from support.expectations import EXPECTATIONS
+
+    names = sorted(
+        {test_id.split("-")[0] for (test, test_id) in list(stock) + list(patched) if test == "test_assisted_vs_greedy"}
+        | set(EXPECTATIONS)
+    )
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Assisted generation, model by model",
+        "",
+        "Generated by `make report` (`scripts/report.py`); do not edit by hand. "
+        "Each cell is **stock 4.31.0 / patched**.",
+        "",
+        f"- Date: {now}",
+        f"- Device: stock {stock_env['device']}, patched {patched_env['device']}",
+        f"- torch: stock {stock_env['torch']}, patched {patched_env['torch']}",
+        f"- Suite commit: {git_commit(REPO)}",
+        f"- Stock tree: `{_relative(stock_tree)}` at {git_commit(stock_tree)} "
+        f"(transformers {stock_env['transformers']})",
+        f"- Patched tree: `{_relative(patched_tree)}` at {git_commit(patched_tree)} "
+        f"(transformers {patched_env['transformers']})",
+        f"- pytest exit status: stock {stock_rc}, patched {patched_rc}",
+        "",
+        "Legend: `pass`; `**FAIL**` (assisted output differs from greedy, or a refused class does not refuse as "
+        "documented); `n.p.` not proving anything (equal, but greedy output ignores the scenario's extra input); "
+        "`skip` (e.g. an optional dependency is missing); `–` the scenario does not apply. Refused classes have one "
+        "test, under `plain`: assisted generation must raise the documented `ValueError`. *Slicing* counts the "
+        "`prepare_inputs_for_generation` unit tests, *plain* the greedy/beam/contrastive outputs compared with stock "
+        "4.31.0 (patched side only; on stock they pass by construction).",
+        "",
+        "| Class | Expected | " + " | ".join(SCENARIOS) + " | slicing | plain |",
+        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|",
+    ]
+    summary = defaultdict(lambda: defaultdict(int))
+    problems = []
+    for name in names:
+        entry = EXPECTATIONS.get(name)
+        expected = "**missing**" if entry is None else ("supported" if entry.supported else "refused")
+        cells = []
+        for scenario in SCENARIOS:
+            key = ("test_assisted_vs_greedy", f"{name}-{scenario}")
+            s, p = stock.get(key), patched.get(key)
+            cells.append(cell(s, p))
+            for side, result in (("stock", s), ("patched", p)):
+                if result is not None:
+                    summary[side][result["outcome"]] += 1
+                    if result["outcome"] in ("failed", "error", "not proving") and side == "patched":
+                        problems.append((f"{name}-{scenario}", result))
+            if s is not None and s["outcome"] in ("failed", "error"):
+                summary["stock_bug"][scenario] += 1
+        slicing = tally(patched, "test_slicing", name)
+        plain = tally(patched, "test_plain_unchanged", name)
+        for function in ("test_slicing", "test_plain_unchanged"):
+            for (test, test_id), result in patched.items():
+                if test == function and test_id.split("-")[0] == name and result["outcome"] in ("failed", "error"):
+                    problems.append((f"{function}[{test_id}]", result))
+        lines.append(f"| {name} | {expected} | " + " | ".join(cells) + f" | {slicing} | {plain} |")
+
+    lines += ["", "## Summary", ""]
+    for side in ("stock", "patched"):
+        counts = summary[side]
+        lines.append(
+            f"- {side}: "
+            + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "not proving", "skipped"))
+        )
+    bug = summary["stock_bug"]
+    lines.append(
+        "- stock failures by scenario (the bug reproduced): "
+        + ", ".join(f"{scenario} {bug.get(scenario, 0)}" for scenario in SCENARIOS)
+    )
+    lines += ["", "## Patched: failures and comparisons that prove nothing", ""]
+    if problems:
+        for test_id, result in problems:
+            lines.append(f"- `{test_id}`: {result['outcome']}: {result['message']}")
+    else:
+        lines.append("None.")
+    lines += ["", "## Refusals", "", "| Class | Reason in the error message | Why |", "|---|---|---|"]
+    for name in names:
+        entry = EXPECTATIONS.get(name)
+        if entry is not None and not entry.supported:
+            lines.append(f"| {name} | {entry.reason} | {entry.why} |")
+    notes = [(n, EXPECTATIONS[n]) for n in names if n in EXPECTATIONS and EXPECTATIONS[n].supported]
+    notes = [(n, e) for n, e in notes if e.why or e.requires]
+    if notes:
+        lines += ["", "## Notes on supported classes", ""]
+        for name, entry in notes:
+            text = "; ".join(x for x in (entry.why, f"requires `{entry.requires}`" if entry.requires else None) if x)
+            lines.append(f"- {name}: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def _relative(path):
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stock-python", default=REPO / ".venv-stock" / "bin" / "python")
+    parser.add_argument("--stock-tree", default=REPO / "build" / "stock")
+    parser.add_argument("--stock-pythonpath", default=None, help="PYTHONPATH for the stock side (optional)")
+    parser.add_argument("--patched-python", default=REPO / ".venv" / "bin" / "python")
+    parser.add_argument("--patched-tree", default=REPO / "build" / "transformers")
+    parser.add_argument("--patched-pythonpath", default=None, help="PYTHONPATH for the patched side (optional)")
+    parser.add_argument("--stock-xml", type=Path, help="render this JUnit file instead of running the stock side")
+    parser.add_argument("--patched-xml", type=Path, help="render this JUnit file instead of running the patched side")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=REPO / "docs" / "model-status.md")
+    args = parser.parse_args()
+
+    work = REPO / "build" / "report"
+    work.mkdir(parents=True, exist_ok=True)
+    sides = {}
+    for side in ("stock", "patched"):
+        python, tree, pythonpath = (getattr(args, f"{side}_{k}") for k in ("python", "tree", "pythonpath"))
+        given = getattr(args, f"{side}_xml")
+        if given:
+            xml_path, rc = given, "not run (given XML)"
+        else:
+            xml_path = work / f"{side}.xml"
+            rc = run_pytest(python, tree, xml_path, args.jobs, pythonpath=pythonpath)
+        sides[side] = (parse_junit(xml_path), environment(python, tree, pythonpath), tree, rc)
+
+    (stock, stock_env, stock_tree, stock_rc), (patched, patched_env, patched_tree, patched_rc) = (
+        sides["stock"],
+        sides["patched"],
+    )
+    text = render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, stock_rc, patched_rc)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(f"wrote {_relative(args.output)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
