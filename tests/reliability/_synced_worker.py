@@ -1,0 +1,95 @@
+"""One rank of the synced_gpus test (runs in a process spawned by test_synced_gpus.py)."""
+
+import json
+import os
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def rank_main(rank, world_size, port, jobs, result_dir, collective_timeout_s):
+    """Runs `jobs[rank]` and writes `result_dir/rank{rank}.json` (results, or the traceback of a failure)."""
+    result_path = os.path.join(result_dir, f"rank{rank}.json")
+    started = time.monotonic()
+    timings = {"start": time.time()}
+    try:
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=collective_timeout_s),
+        )
+        timings["init"] = time.monotonic() - started
+        try:
+            results = []
+            for job in jobs[rank]:
+                results.append(_run_job(job))
+                timings[job["name"]] = time.monotonic() - started
+        finally:
+            dist.destroy_process_group()
+        payload = {"rank": rank, "results": results, "timings": timings}
+    except BaseException:  # noqa: B902 - everything goes back to the test
+        payload = {"rank": rank, "error": traceback.format_exc(), "timings": timings}
+    timings["end"] = time.time()
+    with open(result_path + ".tmp", "w") as handle:
+        json.dump(payload, handle)
+    os.replace(result_path + ".tmp", result_path)
+
+
+class _ForwardCollective:
+    """Stands in for ZeRO-3's parameter gathering: each forward of the target is a collective over all ranks, so a
+    rank that stops calling forward while another still needs it blocks that rank (until the gloo timeout)."""
+
+    def __init__(self, model):
+        self.calls = 0
+        self._handle = model.register_forward_pre_hook(self)
+
+    def __call__(self, module, args):
+        self.calls += 1
+        dist.all_reduce(torch.ones(1))
+
+    def remove(self):
+        self._handle.remove()
+
+
+def _run_job(job):
+    import transformers
+
+    from reliability._helpers import SPECS_BY_NAME, get_model
+    from reliability.test_property_equivalence import Case, build_inputs, pick_assistant
+
+    transformers.logging.set_verbosity_error()
+    spec = SPECS_BY_NAME[job["spec"]]
+    case = Case(**{**job["case"], "prompt": tuple(job["case"]["prompt"])})
+    target = get_model(spec.class_name, **spec.overrides)
+    assistant = pick_assistant(spec, target, case.assistant)
+    inputs = build_inputs(case, target)
+
+    with torch.no_grad():
+        # Single-process reference: plain greedy search, no collectives.
+        greedy = target.generate(**inputs, max_new_tokens=case.max_new_tokens, do_sample=False)
+
+        assistant.max_assistant_tokens = case.draft_length
+        collective = _ForwardCollective(target)
+        try:
+            assisted = target.generate(
+                **inputs,
+                max_new_tokens=case.max_new_tokens,
+                do_sample=False,
+                assistant_model=assistant,
+                synced_gpus=True,
+            )
+        finally:
+            collective.remove()
+    return {
+        "name": job["name"],
+        "greedy": greedy.tolist(),
+        "assisted": assisted.tolist(),
+        "target_forward_calls": collective.calls,
+    }
