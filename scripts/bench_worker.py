@@ -317,6 +317,9 @@ class Worker:
             "forward_calls": clock.forward_calls,
             "rounds": len(rounds),
             "overhead_per_round": overhead_per_round,
+            # Everything outside the model forwards (set-up included), per generated token.
+            "outside_per_token": (elapsed - clock.forward_time) / new_tokens,
+            "forward_per_token": clock.forward_time / new_tokens,
             "loop_per_token": loop_per_token,
             "proposed": proposed,
             "accepted": accepted,
