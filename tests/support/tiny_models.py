@@ -40,7 +40,7 @@ from support.device import DEVICE
 SCENARIOS = ("plain", "self", "token_type_ids", "left_pad", "enc_mask")
 
 PROMPT_LENGTH = 7
-MAX_NEW_TOKENS = 12
+MAX_NEW_TOKENS = 16  # with the model as its own assistant: rounds of 6, 8 and 2 tokens
 TINY_VOCAB = 99
 FIRST_PLAIN_TOKEN = 5  # prompts avoid the low ids, where the special tokens of the tiny configs live
 
@@ -419,7 +419,22 @@ def _musicgen_decoder(layers):
     return {"vocab_size": 64, "pad_token_id": 64, "bos_token_id": 64, "decoder_start_token_id": 64, "num_codebooks": 2}
 
 
+def _speech_conv(layers):
+    """Wav2Vec2-style speech encoders (SpeechT5): the default 7-layer convolutional feature encoder turns 400 samples
+    into one frame; two small layers keep ~23 frames, so that padding the last samples masks whole frames."""
+    return {
+        "conv_dim": (16, 16),
+        "conv_stride": (4, 4),
+        "conv_kernel": (8, 8),
+        "num_conv_pos_embeddings": 8,
+        "num_conv_pos_embedding_groups": 4,
+        "feat_extract_norm": "layer",
+        "mask_time_prob": 0.0,
+    }
+
+
 CONFIG_OVERRIDES = {
+    "SpeechT5Config": _speech_conv,
     "MusicgenDecoderConfig": _musicgen_decoder,
     "GPTNeoConfig": _gpt_neo,
     "BigBirdConfig": _big_bird,
@@ -472,18 +487,7 @@ def _composite_config(model_class, layers):
         config.pad_token_id = 0
         return config
     if name == "SpeechEncoderDecoderModel":
-        encoder = _sub_config(
-            tf.Wav2Vec2Config,
-            layers,
-            conv_dim=(16, 16),
-            conv_stride=(4, 4),
-            conv_kernel=(8, 8),
-            num_conv_pos_embeddings=8,
-            num_conv_pos_embedding_groups=4,
-            feat_extract_norm="layer",
-            do_stable_layer_norm=True,
-            mask_time_prob=0.0,
-        )
+        encoder = _sub_config(tf.Wav2Vec2Config, layers, do_stable_layer_norm=True, **_speech_conv(layers))
         decoder = _sub_config(tf.BertConfig, layers, is_decoder=True, add_cross_attention=True)
         config = tf.SpeechEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
         config.decoder_start_token_id = 1
@@ -706,32 +710,39 @@ def _main_input(model_class):
     return getattr(model_class, "main_input_name", "input_ids")
 
 
+# Where greedy generation itself ignores an input, a scenario exercising it cannot tell anything: not applicable.
+_NO_LEFT_PAD = {
+    "CpmAntForCausalLM": "replaces the mask by a dummy; padding is derived from token id 0 instead",
+    "RagTokenForGeneration": "the prompt is the retrieved context, given with its own mask",
+}
+_NO_ENC_MASK = {
+    "RagTokenForGeneration": "its encoder input is the retrieved context, given with its own mask",
+}
+# Encoder-decoder classes whose encoder input is not text but takes a padding mask all the same.
+_FEATURE_MASK_LENGTH = {
+    "Pix2StructForConditionalGeneration": 4,  # patches
+    "Speech2TextForConditionalGeneration": 12,  # frames
+    "SpeechT5ForSpeechToText": 120,  # samples
+    "SpeechEncoderDecoderModel": 120,  # samples
+}
+
+
 def applicable_scenarios(model_class):
+    """The scenarios of `SCENARIOS` that exercise something `model_class` takes, in that order."""
+    name = model_class.__name__
     config = tiny_config(model_class)
     forward = _forward_parameters(model_class)
-    scenarios = ["plain", "self"]
     pifg_source = inspect.getsource(model_class.prepare_inputs_for_generation)
+    scenarios = ["plain", "self"]
     if "token_type_ids" in forward and "token_type_ids" in pifg_source:
         scenarios.append("token_type_ids")
     if not _is_encoder_decoder(model_class, config):
-        # Only where greedy generation itself honours the mask: some prepare_inputs_for_generation drop it.
-        if (
-            "attention_mask" in forward
-            and "attention_mask" in pifg_source
-            and model_class.__name__
-            not in (
-                "CpmAntForCausalLM",  # replaces the mask by a dummy; padding is derived from token id 0 instead
-                "RagTokenForGeneration",  # the prompt is the retrieved context, given with its own mask
-            )
-        ):
+        # only where generation passes the mask on: some prepare_inputs_for_generation drop it
+        if "attention_mask" in forward and "attention_mask" in pifg_source and name not in _NO_LEFT_PAD:
             scenarios.append("left_pad")
-    elif (
-        _main_input(model_class) == "input_ids"
-        and "attention_mask" in forward
-        and model_class.__name__
-        not in ("RagTokenForGeneration",)  # its encoder input is the retrieved context, given with its own mask
-    ):
-        scenarios.append("enc_mask")
+    elif "attention_mask" in forward and name not in _NO_ENC_MASK:
+        if _main_input(model_class) == "input_ids" or name in _FEATURE_MASK_LENGTH:
+            scenarios.append("enc_mask")
     return scenarios
 
 
@@ -812,6 +823,13 @@ def generation_inputs(model, scenario, device=DEVICE, variant=0):
         if scenario == "token_type_ids":
             types = torch.tensor([[0, 0, 0, 1, 1, 1, 1]]) if variant == 0 else torch.tensor([[1, 1, 0, 0, 0, 1, 0]])
             kwargs["token_type_ids"] = types.to(device)
+    elif scenario == "enc_mask" and model_class.__name__ in _FEATURE_MASK_LENGTH:
+        # the last patches / frames / samples are padding
+        features = next(value for key, value in kwargs.items() if key != "attention_mask")
+        mask = torch.ones(1, features.shape[1], dtype=torch.long)
+        if variant == 0:
+            mask[:, -_FEATURE_MASK_LENGTH[model_class.__name__] :] = 0
+        kwargs["attention_mask"] = mask.to(device)
     kwargs["max_new_tokens"] = MAX_NEW_TOKENS
     kwargs["do_sample"] = False
     return kwargs
