@@ -86,10 +86,13 @@ def test_slicing(name, case, recorded):
     if not entry.supported and not _shared_with_supported(name):
         assert described == stock["output"], f"a refused class must keep the stock behaviour ({case})"
         return
-    assert _captured(name)[1].get("past_key_values") is not None, (
-        "greedy generation ran without a cache (prepare_inputs_for_generation received no past_key_values), so "
-        "assisted generation has none to crop"
-    )
+    if _captured(name)[1].get("past_key_values") is None:
+        # e.g. ElectraForCausalLM: its prepare_inputs_for_generation does not pass `use_cache`, and its model does
+        # not default to the config's, so generation recomputes everything at every step
+        assert described == stock["output"], f"the stock behaviour changed ({case})"
+        if case == "several":
+            pytest.skip("not proving anything: greedy generation of this class runs without a cache")
+        return
 
     unseen = max(harness.SLICING_CASES[case], 1)
     key = harness.token_key(output)

@@ -25,7 +25,10 @@ REFUSED = "refused"
 
 NO_CACHE = "its forward pass takes no `past_key_values`, so it returns no cache that can be cropped"
 ONE_TOKEN_DECODER = "its decoder only accepts one new token at a time with a cache"
-CODEBOOKS = "it decodes several codebooks at once, following a delay pattern"
+CODEBOOKS = (
+    "its generation interleaves the codebooks of each sample under a delay pattern, which the candidate tokens of an "
+    "assistant model cannot follow"
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ EXPECTATIONS = {
     "BarkCausalModel": supported(),
     "BarkCoarseModel": supported(),
     "BarkSemanticModel": refused(
-        "its first forward pass reads prompt embeddings, not the candidate tokens",
+        "its first forward pass takes `input_embeds` built from its own embedding layer, which an assistant model "
+        "cannot share",
         "the semantic model is prompted with text embeddings merged with the history prompt, passed as "
         "`input_embeds` on the first step",
     ),
@@ -73,7 +77,8 @@ EXPECTATIONS = {
     "CamembertForCausalLM": supported(),
     "CodeGenForCausalLM": supported(),
     "CpmAntForCausalLM": refused(
-        "its new tokens attend to each other, so candidates would see later ones",
+        "the tokens given to one forward pass attend each other bidirectionally, so several candidate tokens cannot "
+        "be checked at once",
         "CpmAnt's forward pass treats the tokens it is given as context that attend to each other in both "
         "directions, so a candidate would see the candidates after it",
     ),
@@ -118,7 +123,6 @@ EXPECTATIONS = {
     "BlenderbotForConditionalGeneration": supported(),
     "BlenderbotSmallForConditionalGeneration": supported(),
     "EncoderDecoderModel": supported(why="tested with BERT encoder and decoder"),
-    "FSMTForConditionalGeneration": supported(),
     "LEDForConditionalGeneration": supported(),
     "LongT5ForConditionalGeneration": supported(),
     "M2M100ForConditionalGeneration": supported(),
@@ -131,7 +135,6 @@ EXPECTATIONS = {
     "PegasusForConditionalGeneration": supported(),
     "PegasusXForConditionalGeneration": supported(),
     "Pix2StructForConditionalGeneration": supported(why="tested with `flattened_patches`"),
-    "RagTokenForGeneration": supported(why="tested with given context documents and scores (no retriever)"),
     "SpeechEncoderDecoderModel": supported(why="tested with a Wav2Vec2 encoder (`input_values`) and a BERT decoder"),
     "Speech2TextForConditionalGeneration": supported(why="tested with `input_features`"),
     "SpeechT5ForSpeechToText": supported(why="tested with `input_values`"),
@@ -165,10 +168,21 @@ EXPECTATIONS = {
     ),
     "TransfoXLLMHeadModel": refused(NO_CACHE, "Transformer-XL keeps segment memories (`mems`), not a cropable cache"),
     "XLNetLMHeadModel": refused(NO_CACHE, "XLNet keeps memories (`mems`) and predicts through a permutation mask"),
-    # ---- refused: a cache that cannot take part -------------------------------------------------------------------
+    # ---- refused: a cache that cannot take part, or a generate() of its own ------------------------------------
     "MegaForCausalLM": refused(
         "its cache holds an EMA state that cannot be cropped",
         "Mega's moving-average state summarises every token seen so far and cannot be rewound",
+    ),
+    "FSMTForConditionalGeneration": refused(
+        "its decoder only processes the last decoder token when a cache is used, so several candidate tokens cannot "
+        "be checked at once",
+        "FSMT's decoder slices its input to the last token itself whenever `use_cache` is on",
+    ),
+    "RagTokenForGeneration": refused(
+        "its `generate` only implements greedy and beam search over the distribution marginalized over the "
+        "retrieved documents",
+        "RAG-token marginalises every step over the retrieved documents in its own `generate`; tested with given "
+        "context documents and scores (no retriever)",
     ),
     "MusicgenForCausalLM": refused(CODEBOOKS, "its own `generate` decodes the codebooks with a delay pattern"),
     "MusicgenForConditionalGeneration": refused(
