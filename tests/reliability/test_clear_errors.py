@@ -11,6 +11,7 @@ import torch
 import transformers
 
 from reliability._helpers import DEVICE, fresh_model, get_model, snapshot
+from support.tiny_models import reset_assistant
 
 transformers.logging.set_verbosity_error()
 
@@ -253,6 +254,8 @@ def test_prompt_already_at_max_length(encoder_decoder, room):
             _assert_clear(str(error), what=["max_length"], todo=["max_new_tokens", "increase", "raise", "shorter"])
             assert snapshot(assistant) == before
             return
+        finally:
+            reset_assistant(assistant)
     assert assisted.tolist() == greedy.tolist()
 
 
@@ -285,23 +288,25 @@ def test_models_usable_after_errors(encoder_decoder):
     target, assistant = _target(encoder_decoder), _assistant(encoder_decoder)
     input_ids = _prompt(5, model=target)
     assistant.max_assistant_tokens = 7.0
-    with _Unchanged(target, assistant), torch.no_grad():
-        with pytest.raises(ValueError):
-            target.generate(input_ids, max_new_tokens=5, assistant_model=assistant, use_cache=False)
-        with pytest.raises(ValueError):
-            target.generate(input_ids.repeat(2, 1), max_new_tokens=5, assistant_model=assistant)
-    assert assistant.max_assistant_tokens == 7.0
+    try:
+        with _Unchanged(target, assistant), torch.no_grad():
+            with pytest.raises(ValueError):
+                target.generate(input_ids, max_new_tokens=5, assistant_model=assistant, use_cache=False)
+            with pytest.raises(ValueError):
+                target.generate(input_ids.repeat(2, 1), max_new_tokens=5, assistant_model=assistant)
+        assert assistant.max_assistant_tokens == 7.0
 
-    with torch.no_grad(), pytest.raises(RuntimeError, match="interrupted on purpose"):
-        target.generate(
-            input_ids,
-            max_new_tokens=20,
-            assistant_model=assistant,
-            stopping_criteria=transformers.StoppingCriteriaList([_FailingCriteria(fail_at=3)]),
-        )
-    assert _draft_length_is_sane(assistant), assistant.max_assistant_tokens
+        with torch.no_grad(), pytest.raises(RuntimeError, match="interrupted on purpose"):
+            target.generate(
+                input_ids,
+                max_new_tokens=20,
+                assistant_model=assistant,
+                stopping_criteria=transformers.StoppingCriteriaList([_FailingCriteria(fail_at=3)]),
+            )
+        assert _draft_length_is_sane(assistant), assistant.max_assistant_tokens
 
-    greedy, assisted = _greedy_and_assisted(target, assistant, input_ids=input_ids, max_new_tokens=12)
-    assert assisted == greedy
-    assert _draft_length_is_sane(assistant), assistant.max_assistant_tokens
-    assistant.max_assistant_tokens = 5.0
+        greedy, assisted = _greedy_and_assisted(target, assistant, input_ids=input_ids, max_new_tokens=12)
+        assert assisted == greedy
+        assert _draft_length_is_sane(assistant), assistant.max_assistant_tokens
+    finally:
+        reset_assistant(assistant)  # the cached assistant starts the next test from the default

@@ -5,8 +5,9 @@ max_new_tokens 1-30, an assistant that is the target itself (every draft accepte
 different tiny model of the same class or of another class (drafts rejected, the draft length shrinks), a starting
 draft length 1-10 and random token_type_ids where the model takes them.
 
-The runs are derandomized (same cases on every run) and write no example database. The default profile keeps the
-whole file to about a minute on 2 cores; `RELIABILITY_PROFILE=large` runs many more cases per model.
+The runs are derandomized (the same cases on every run) and write no example database; a failure prints the
+shrunk, minimal `Case`. The default profile (20 cases per model) keeps the file to well under a minute on 2 cores;
+`RELIABILITY_PROFILE=large` runs 500 cases per model (several minutes).
 """
 
 import math
@@ -17,10 +18,11 @@ from typing import Optional, Tuple
 import pytest
 import torch
 import transformers
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from reliability._helpers import SPECS, accepts, get_model
+from support.tiny_models import reset_assistant
 
 transformers.logging.set_verbosity_error()
 
@@ -33,8 +35,8 @@ _COMMON_SETTINGS = dict(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("reliability-default", max_examples=12, **_COMMON_SETTINGS)
-settings.register_profile("reliability-large", max_examples=150, **_COMMON_SETTINGS)
+settings.register_profile("reliability-default", max_examples=20, **_COMMON_SETTINGS)
+settings.register_profile("reliability-large", max_examples=500, **_COMMON_SETTINGS)
 PROFILE = settings.get_profile(
     "reliability-large" if os.environ.get("RELIABILITY_PROFILE", "default") == "large" else "reliability-default"
 )
@@ -165,10 +167,16 @@ def test_assisted_generation_matches_greedy(spec, data):
     case = data.draw(cases(spec, target), label="case")
     assistant = pick_assistant(spec, target, case.assistant)
     inputs = build_inputs(case, target)
+    # Coverage of the edge cases, shown by `pytest --hypothesis-show-statistics`
+    event(f"assistant: {case.assistant}")
+    event("padding" if case.padding else "no padding")
+    event("token_type_ids" if case.token_type_ids is not None else "no token_type_ids")
+    for edge, hit in (("prompt length 1", len(case.prompt) == 1), ("max_new_tokens=1", case.max_new_tokens == 1)):
+        if hit:
+            event(edge)
 
     with torch.no_grad():
         greedy = target.generate(**inputs, max_new_tokens=case.max_new_tokens, do_sample=False)
-        previous_draft_length = _draft_length(assistant)
         _set_draft_length(assistant, case.draft_length)
         try:
             assisted = target.generate(
@@ -176,7 +184,7 @@ def test_assisted_generation_matches_greedy(spec, data):
             )
             final_draft_length = _draft_length(assistant)
         finally:
-            _set_draft_length(assistant, previous_draft_length if previous_draft_length is not None else 5)
+            reset_assistant(assistant)  # the cached models start every case from the same state
 
     assert assisted.tolist() == greedy.tolist(), (
         f"{spec.name}: assisted generation diverged from greedy\n  greedy:   {greedy.tolist()}\n"
