@@ -16,6 +16,8 @@ def rank_main(rank, world_size, port, jobs, result_dir, collective_timeout_s):
     started = time.monotonic()
     timings = {"start": time.time()}
     try:
+        # gloo on CPU, as the issue asks; read by support.device when the job imports the model helpers
+        os.environ["DEVICE"] = "cpu"
         torch.set_num_threads(1)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group(

@@ -192,3 +192,5 @@ def test_assisted_generation_matches_greedy(spec, data):
     )
     # The draft length grows and shrinks between iterations; it must stay a usable positive count.
     assert final_draft_length is not None and math.isfinite(final_draft_length) and final_draft_length >= 1
+    if final_draft_length != case.draft_length:
+        event("draft length grew" if final_draft_length > case.draft_length else "draft length shrank")
