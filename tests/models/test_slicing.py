@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from models import harness
+from support.device import DEVICE
 from support.expectations import EXPECTATIONS
 
 CASES = [(name, case) for name in sorted(harness.classes()) for case in harness.SLICING_CASES]
@@ -24,7 +25,9 @@ CASES = [(name, case) for name in sorted(harness.classes()) for case in harness.
 
 @pytest.fixture(scope="module")
 def recorded():
-    data = harness.load_recorded()
+    # What slicing keeps is integers: without a recording on this device, the CPU one serves (the captured step is
+    # checked to be the recorded one).
+    data = harness.load_recorded() or harness.load_recorded("cpu")
     if data is None:
         pytest.skip(f"no stock data for this device: run `make record-plain` ({harness.data_file().name})")
     if data["meta"]["fingerprint"] != harness.factory_fingerprint():
@@ -80,7 +83,10 @@ def test_slicing(name, case, recorded):
         return
 
     ids, output = harness.slicing_call(name, case, _captured(name))
-    assert ids.cpu().tolist() == stock["input_ids"], "the captured step differs from the recorded one"
+    if ids.cpu().tolist() != stock["input_ids"]:
+        if recorded["meta"]["device"] != DEVICE:
+            pytest.skip(f"greedy generation on {DEVICE} differs from the {recorded['meta']['device']} recording")
+        pytest.fail("the captured step differs from the recorded one")
     described = harness.describe_output(output)
 
     if not entry.supported and not _shared_with_supported(name):
