@@ -16,6 +16,9 @@ Public API (other test modules import it; the names are stable):
   so that greedy output depends on the inputs, and EOS stopping disabled (config and generation config), so that
   two runs always produce the same number of tokens. `assistant=True` builds the one-layer variant (where the
   architecture allows it) and should be combined with another seed.
+- `draft_model(target, seed=1, device=DEVICE, **config_overrides)` -> a one-layer assistant that shares the
+  target's weights where names and shapes match (the target without its last layers), so that it agrees with the
+  target part of the time: some candidates accepted, some rejected.
 - `generation_inputs(model, scenario, device=DEVICE, variant=0)` -> kwargs for `model.generate()`: the model inputs
   for the scenario (see `SCENARIOS`) plus `max_new_tokens` and `do_sample=False`. `variant=1` returns the same
   inputs with the scenario's extra input changed (other token types, padding attended, encoder mask all ones):
@@ -623,7 +626,7 @@ def _sensitive_init(model, seed):
 
 
 def _disable_eos(model):
-    """No EOS stopping, and plain greedy-with-cache decoding defaults.
+    """No EOS stopping, no pad token generated, and plain greedy-with-cache decoding defaults.
 
     Set on the model config (and its decoder/text sub-configs), from which the generation config is derived:
     `generate()` rebuilds a generation config that differs from its model config's. Some configs carry checkpoint
@@ -641,6 +644,14 @@ def _disable_eos(model):
         config.use_cache = True
     if not model.config.is_encoder_decoder and getattr(model.config, "encoder_no_repeat_ngram_size", 0):
         model.config.encoder_no_repeat_ngram_size = 0  # Blenderbot's default; an encoder-decoder-only option
+    # Never generate the pad token. Models that derive position ids from the pad token in `input_ids` (the RoBERTa
+    # family, Speech2Text2...) treat a generated pad token as padding, and then number the tokens after it
+    # differently depending on how many tokens one forward pass processes; trained models do not generate padding.
+    pad = _pad_token(model.config)
+    output_embeddings = model.get_output_embeddings()
+    vocab = output_embeddings.out_features if isinstance(output_embeddings, nn.Linear) else _vocab_size(model.config)
+    if pad < vocab:
+        model.config.suppress_tokens = [pad]
     model.generation_config = GenerationConfig.from_model_config(model.config)
 
 
@@ -656,6 +667,26 @@ def tiny_model(model_class, seed=0, assistant=False, device=DEVICE, **config_ove
     if model_class.__name__ in POST_BUILD:
         POST_BUILD[model_class.__name__](model)
     return model.to(device).eval()
+
+
+def draft_model(target, seed=1, device=DEVICE, **config_overrides):
+    """A one-layer assistant that agrees with `target` part of the time, as a real draft model does.
+
+    Built like `tiny_model(type(target), seed, assistant=True)`, then every weight whose name and shape it shares
+    with `target` (embeddings, first layer, head) is copied from it: it is the target without its last layers. With an
+    independently seeded assistant, candidates are nearly always rejected at the first token, so only the first
+    position of each verification would count; a draft has some of its candidates accepted, so the verification of
+    several tokens, and the cropping of both caches mid-way, are exercised.
+    """
+    draft = tiny_model(type(target), seed=seed, assistant=True, device=device, **config_overrides)
+    target_state = target.state_dict()
+    shared = {
+        key: value
+        for key, value in draft.state_dict().items()
+        if key in target_state and target_state[key].shape == value.shape
+    }
+    draft.load_state_dict({key: target_state[key] for key in shared}, strict=False)
+    return draft
 
 
 POST_BUILD = {
