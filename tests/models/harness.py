@@ -21,6 +21,7 @@ from support.expectations import EXPECTATIONS
 from support.tiny_models import (
     applicable_scenarios,
     discover_generation_classes,
+    draft_model,
     generate,
     generation_inputs,
     tiny_model,
@@ -78,6 +79,12 @@ def cached_model(name, assistant=False):
     if assistant:
         return tiny_model(classes()[name], seed=1, assistant=True)
     return tiny_model(classes()[name], seed=0)
+
+
+@functools.lru_cache(maxsize=None)
+def cached_draft(name):
+    """The draft assistant of a class (`support.tiny_models.draft_model` of its cached target)."""
+    return draft_model(cached_model(name))
 
 
 def missing_requirement(name):
