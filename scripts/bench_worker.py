@@ -123,7 +123,8 @@ def build_workloads(device, dtype):
         with torch.no_grad():
             for parameter in copied.parameters():
                 noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
-                parameter.add_(noise.to(parameter.dtype) * (parameter.float().std() * scale).to(parameter.dtype))
+                noise = noise.to(device=parameter.device, dtype=parameter.dtype)
+                parameter.add_(noise * (parameter.float().std() * scale).to(parameter.dtype))
         return copied
 
     def decoder_prompt(vocab_size):
