@@ -9,6 +9,7 @@ builds the models and inputs, so that stale data is reported instead of compared
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -44,17 +45,37 @@ def record_class(name):
     return plain, slicing
 
 
+# sha256 over generation/utils.py and every PyTorch modeling file that defines prepare_inputs_for_generation, as
+# released in transformers 4.31.0 (see stock_tree_digest): recording from any other tree would make the suite compare
+# the fork with itself.
+STOCK_DIGEST = "9dc0426482e1a2d3e6027860a52d5cd70dfd5763f3275dfbbc95d0d97282b845"
+
+
+def stock_tree_digest(package_dir):
+    files = [package_dir / "generation" / "utils.py"] + sorted(
+        path
+        for path in package_dir.glob("models/*/modeling_*.py")
+        if not path.name.startswith(("modeling_tf_", "modeling_flax_"))
+        and "def prepare_inputs_for_generation" in path.read_text()
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(package_dir)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=None, help="default: tests/models/data/stock-<device>.json")
-    parser.add_argument("--allow-patched", action="store_true", help="record even if transformers is not stock")
+    parser.add_argument("--allow-patched", action="store_true", help="record even if the tree is not stock 4.31.0")
     args = parser.parse_args()
 
     if transformers.__version__ != "4.31.0":
         sys.exit(f"stock transformers 4.31.0 expected, got {transformers.__version__}")
     source = Path(transformers.__file__).resolve()
-    if "stock" not in str(source) and "build/transformers" not in str(source) and not args.allow_patched:
-        print(f"warning: recording from {source}; make sure this is the pristine tree", file=sys.stderr)
+    if stock_tree_digest(source.parent) != STOCK_DIGEST and not args.allow_patched:
+        sys.exit(f"{source.parent} is not stock transformers 4.31.0 (its generation and modeling files differ)")
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
