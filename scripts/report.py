@@ -120,7 +120,7 @@ def cell(stock, patched):
         return MARKS[result["outcome"]]
 
     if stock is None and patched is None:
-        return ""
+        return "–"
     return f"{mark(stock)} / {mark(patched)}"
 
 
@@ -137,6 +137,17 @@ def tally(results, function, name):
     if failed:
         text += f" (**{failed} FAIL**)"
     return text
+
+
+def max_score_diff(results, name):
+    """The largest difference between assisted and greedy scores over the class's scenarios (equal sequences)."""
+    diffs = []
+    for (test, test_id), result in results.items():
+        if test == "test_assisted_vs_greedy" and test_id.split("-")[0] == name:
+            value = result["properties"].get("max_score_diff")
+            if value not in (None, "n/a"):
+                diffs.append(float(value))
+    return f"{max(diffs):.2g}" if diffs else "–"
 
 
 def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, stock_rc, patched_rc):
@@ -168,10 +179,11 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "`skip` (e.g. an optional dependency is missing); `–` the scenario does not apply. Refused classes have one "
         "test, under `plain`: assisted generation must raise the documented `ValueError`. *Slicing* counts the "
         "`prepare_inputs_for_generation` unit tests, *plain* the greedy/beam/contrastive outputs compared with stock "
-        "4.31.0 (patched side only; on stock they pass by construction).",
+        "4.31.0, *max score diff* the largest difference between assisted and greedy scores (`output_scores`) over "
+        "the class's scenarios; these three on the patched side only (on stock the first two pass by construction).",
         "",
-        "| Class | Expected | " + " | ".join(SCENARIOS) + " | slicing | plain |",
-        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|",
+        "| Class | Expected | " + " | ".join(SCENARIOS) + " | max score diff | slicing | plain |",
+        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|",
     ]
     summary = defaultdict(lambda: defaultdict(int))
     problems = []
@@ -196,7 +208,11 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
             for (test, test_id), result in patched.items():
                 if test == function and test_id.split("-")[0] == name and result["outcome"] in ("failed", "error"):
                     problems.append((f"{function}[{test_id}]", result))
-        lines.append(f"| {name} | {expected} | " + " | ".join(cells) + f" | {slicing} | {plain} |")
+        lines.append(
+            f"| {name} | {expected} | "
+            + " | ".join(cells)
+            + f" | {max_score_diff(patched, name)} | {slicing} | {plain} |"
+        )
 
     lines += ["", "## Summary", ""]
     for side in ("stock", "patched"):

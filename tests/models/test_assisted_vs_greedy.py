@@ -105,7 +105,10 @@ def _compare(target, kwargs, assistant, label, greedy, greedy_scores, scenario):
     max_diff = None
     if greedy_scores is not None and assisted_scores is not None:
         assert greedy_scores.shape == assisted_scores.shape, "assisted and greedy scores differ in shape"
-        assert torch.equal(torch.isfinite(greedy_scores), torch.isfinite(assisted_scores)), "-inf scores differ"
+        assert torch.equal(torch.isfinite(greedy_scores), torch.isfinite(assisted_scores)), (
+            f"scores of assisted generation ({label} assistant) are -inf elsewhere than greedy's, with equal "
+            "sequences: the logits processors (the tiny models suppress their pad token) were not applied alike"
+        )
         finite = torch.isfinite(greedy_scores)
         max_diff = (greedy_scores[finite] - assisted_scores[finite]).abs().max().item() if finite.any() else 0.0
         assert max_diff <= SCORE_ATOL, (
