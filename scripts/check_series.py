@@ -16,7 +16,8 @@ tag `upstream-v4.31.0`, the script
    `--full` runs the whole regression part at every prefix.
 
 It prints one line per prefix and exits 0 when every prefix is fine; otherwise it stops at the first broken
-prefix, prints what broke, and exits 1. Usage errors exit 2.
+prefix (with `--keep-going`, after an import or test failure, it checks the later prefixes too), prints what broke,
+and exits 1. Usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -164,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tests", action="store_true", help="only apply and import every prefix")
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed to one prefix's tests")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone and print where it is")
+    parser.add_argument(
+        "--keep-going", action="store_true", help="check the later prefixes too after an import or test failure"
+    )
     args = parser.parse_args(argv)
 
     if not (args.patches / "series").is_file():
@@ -191,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         git(clone, "checkout", "-q", "-B", "series-check", PRISTINE_TAG)
         print(f"check_series: {len(names)} patches on {PRISTINE_TAG}, in {clone}")
+        broken: list[tuple[int, str]] = []
         for k, name in enumerate(names, start=1):
             label = f"[{k}/{len(names)}] {name}"
             patch = args.patches / name
@@ -218,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
                 "timeout": f"the regression tests ran past {args.timeout}s",
             }[verdict]
             print(f"{label}: BROKEN: prefix {k} ({name}): {what}\n{tail(output, 40)}")
-            return fail(k, name, started)
+            if not args.keep_going:
+                return fail(k, name, started)
+            broken.append((k, name))
+        if broken:
+            return fail(*broken[0], started, also=[k for k, _ in broken[1:]])
         print(
             f"check_series: OK: all {len(names)} prefixes apply, import and pass ({time.monotonic() - started:.0f}s)"
         )
@@ -230,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def fail(k: int, name: str, started: float) -> int:
-    print(f"check_series: FAILED: first broken prefix is {k} ({name}) ({time.monotonic() - started:.0f}s)")
+def fail(k: int, name: str, started: float, also: list[int] | None = None) -> int:
+    more = f"; also broken: {', '.join(map(str, also))}" if also else ""
+    print(f"check_series: FAILED: first broken prefix is {k} ({name}){more} ({time.monotonic() - started:.0f}s)")
     return 1
 
 
