@@ -626,7 +626,7 @@ def _sensitive_init(model, seed):
 
 
 def _disable_eos(model):
-    """No EOS stopping, no pad token generated, and plain greedy-with-cache decoding defaults.
+    """No EOS stopping, and plain greedy-with-cache decoding defaults.
 
     Set on the model config (and its decoder/text sub-configs), from which the generation config is derived:
     `generate()` rebuilds a generation config that differs from its model config's. Some configs carry checkpoint
@@ -644,15 +644,22 @@ def _disable_eos(model):
         config.use_cache = True
     if not model.config.is_encoder_decoder and getattr(model.config, "encoder_no_repeat_ngram_size", 0):
         model.config.encoder_no_repeat_ngram_size = 0  # Blenderbot's default; an encoder-decoder-only option
-    # Never generate the pad token. Models that derive position ids from the pad token in `input_ids` (the RoBERTa
-    # family, Speech2Text2...) treat a generated pad token as padding, and then number the tokens after it
-    # differently depending on how many tokens one forward pass processes; trained models do not generate padding.
+    model.generation_config = GenerationConfig.from_model_config(model.config)
+
+
+def _never_generate_pad(model):
+    """Zero the pad token's row of the output projection, so that its logit stays near 0, below the best of the
+    random ones: the model never generates padding, as trained models do not. Models that derive position ids from
+    pad tokens in `input_ids` (the RoBERTa family, Speech2Text2...) would otherwise number the tokens after a
+    generated pad token differently depending on how many tokens one forward pass processes. (A logits processor
+    would do too, but would change what the scores of stock 4.31.0 show.)"""
     pad = _pad_token(model.config)
     output_embeddings = model.get_output_embeddings()
-    vocab = output_embeddings.out_features if isinstance(output_embeddings, nn.Linear) else _vocab_size(model.config)
-    if pad < vocab:
-        model.config.suppress_tokens = [pad]
-    model.generation_config = GenerationConfig.from_model_config(model.config)
+    if isinstance(output_embeddings, nn.Linear) and pad < output_embeddings.out_features:
+        with torch.no_grad():
+            output_embeddings.weight[pad] = 0
+            if output_embeddings.bias is not None:
+                output_embeddings.bias[pad] = 0
 
 
 def tiny_model(model_class, seed=0, assistant=False, device=DEVICE, **config_overrides):
@@ -664,6 +671,7 @@ def tiny_model(model_class, seed=0, assistant=False, device=DEVICE, **config_ove
     model = model_class(config)
     _sensitive_init(model, seed)
     _disable_eos(model)
+    _never_generate_pad(model)
     if model_class.__name__ in POST_BUILD:
         POST_BUILD[model_class.__name__](model)
     return model.to(device).eval()
