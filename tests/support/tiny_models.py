@@ -141,6 +141,7 @@ _GENERIC_SIZES = {
     "dim_feedforward": FFN,
     "dim_ff": FFN,
     "d_inner": FFN,
+    "dff": FFN,
     "feed_forward_size": FFN,
     "ffn_size": FFN,
     # positions
@@ -276,7 +277,7 @@ def _reformer(layers):
 
 
 def _xlnet(layers):
-    """XLNet: `d_head` is derived from d_model / n_head, keep the feed-forward name `d_inner`."""
+    """XLNet: no memories, as in the released checkpoints' configs (`mem_len` null)."""
     return {"mem_len": None}
 
 
@@ -294,11 +295,6 @@ def _mega(layers):
         "is_decoder": True,
         "bidirectional": False,
     }
-
-
-def _decoder(layers):
-    """Causal-LM heads of encoder models warn (and some misbehave) unless the config says it is a decoder."""
-    return {"is_decoder": True}
 
 
 def _gptsan(layers):
@@ -343,7 +339,7 @@ def _cpmant(layers):
     }
 
 
-def _funnel_like_whisper(layers):
+def _whisper(layers):
     """Whisper: the encoder's positions fix the feature length (2 frames each); few mel bins."""
     return {"num_mel_bins": 16, "max_source_positions": 16, "encoder_layers": layers, "decoder_layers": layers}
 
@@ -363,11 +359,6 @@ def _open_llama(layers):
     return {"use_memory_efficient_attention": False}
 
 
-def _falcon(layers):
-    """Falcon: the default uses the new decoder architecture with multi-query; keep the default layout."""
-    return {}
-
-
 def _prophetnet(layers):
     """ProphetNet: n-gram stream count and its own layer keys."""
     return {
@@ -381,20 +372,6 @@ def _prophetnet(layers):
         "num_buckets": 8,
         "relative_max_distance": 16,
     }
-
-
-def _ctrl(layers):
-    """CTRL: `dff` is its feed-forward size."""
-    return {"dff": FFN}
-
-
-def _imagegpt(layers):
-    """ImageGPT: the vocabulary is colour clusters + start token; keep it small but > the special ids."""
-    return {"vocab_size": TINY_VOCAB, "n_positions": 64}
-
-
-def _gpt_bigcode(layers):
-    return {}
 
 
 def _longt5(layers):
@@ -411,10 +388,6 @@ def _markup(layers):
         "xpath_unit_hidden_size": 8,
         "is_decoder": True,
     }
-
-
-def _bloom(layers):
-    return {}
 
 
 def _musicgen_decoder(layers):
@@ -451,14 +424,12 @@ CONFIG_OVERRIDES = {
     "SwitchTransformersConfig": _switch,
     "NllbMoeConfig": _nllb_moe,
     "CpmAntConfig": _cpmant,
-    "WhisperConfig": _funnel_like_whisper,
+    "WhisperConfig": _whisper,
     "Speech2TextConfig": _speech2text,
     "FSMTConfig": _fsmt,
     "OpenLlamaConfig": _open_llama,
     "ProphetNetConfig": _prophetnet,
     "XLMProphetNetConfig": _prophetnet,
-    "CTRLConfig": _ctrl,
-    "ImageGPTConfig": _imagegpt,
     "LongT5Config": _longt5,
     "MarkupLMConfig": _markup,
 }
