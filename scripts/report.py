@@ -26,7 +26,14 @@ sys.path.insert(0, str(REPO / "tests"))
 SCENARIOS = ("plain", "self", "token_type_ids", "left_pad", "enc_mask")
 TEST_RE = re.compile(r"^(test_\w+)\[(.+)\]$")
 
-MARKS = {"passed": "pass", "failed": "**FAIL**", "error": "**ERROR**", "skipped": "skip", "not proving": "n.p."}
+MARKS = {
+    "passed": "pass",
+    "failed": "**FAIL**",
+    "error": "**ERROR**",
+    "skipped": "skip",
+    "not proving": "n.p.",
+    "xfail": "xfail",
+}
 
 
 def run_pytest(python, tree, xml_path, jobs, extra_env=None, pythonpath=None):
@@ -101,6 +108,8 @@ def _outcome(case):
             outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
             if tag == "skipped" and "not proving anything" in message:
                 outcome = "not proving"
+            elif tag == "skipped" and element.get("type") == "pytest.xfail":
+                outcome = "xfail"
             return {"outcome": outcome, "message": _first_line(message), "properties": properties}
     return {"outcome": "passed", "message": "", "properties": properties}
 
@@ -176,7 +185,8 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "",
         "Legend: `pass`; `**FAIL**` (assisted output differs from greedy, or a refused class does not refuse as "
         "documented); `n.p.` not proving anything (equal, but greedy output ignores the scenario's extra input); "
-        "`skip` (e.g. an optional dependency is missing); `–` the scenario does not apply. Refused classes have one "
+        "`skip` (e.g. an optional dependency is missing); `xfail` a known difference listed in the expectation "
+        "table; `–` the scenario does not apply. Refused classes have one "
         "test, under `plain`: assisted generation must raise the documented `ValueError`. *Slicing* counts the "
         "`prepare_inputs_for_generation` unit tests, *plain* the greedy/beam/contrastive outputs compared with stock "
         "4.31.0, *max score diff* the largest difference between assisted and greedy scores (`output_scores`) over "
@@ -198,7 +208,7 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
             for side, result in (("stock", s), ("patched", p)):
                 if result is not None:
                     summary[side][result["outcome"]] += 1
-                    if result["outcome"] in ("failed", "error", "not proving") and side == "patched":
+                    if result["outcome"] in ("failed", "error", "not proving", "xfail") and side == "patched":
                         problems.append((f"{name}-{scenario}", result))
             if s is not None and s["outcome"] in ("failed", "error"):
                 summary["stock_bug"][scenario] += 1
@@ -219,7 +229,7 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         counts = summary[side]
         lines.append(
             f"- {side}: "
-            + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "not proving", "skipped"))
+            + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "not proving", "xfail", "skipped"))
         )
     bug = summary["stock_bug"]
     lines.append(

@@ -118,7 +118,17 @@ def _compare(target, kwargs, assistant, label, greedy, greedy_scores, scenario):
     return max_diff, rounds.count
 
 
-@pytest.mark.parametrize("name, scenario", _cases(), ids=[f"{n}-{s}" for n, s in _cases()])
+def _params():
+    params = []
+    for name, scenario in _cases():
+        entry = EXPECTATIONS.get(name)
+        known = dict(entry.known_failures) if entry is not None else {}
+        marks = [pytest.mark.xfail(strict=True, reason=known[scenario])] if scenario in known else []
+        params.append(pytest.param(name, scenario, id=f"{name}-{scenario}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("name, scenario", _params())
 def test_assisted_vs_greedy(name, scenario, record_property):
     entry = EXPECTATIONS.get(name)
     assert entry is not None, f"{name} has no entry in tests/support/expectations.py"
