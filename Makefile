@@ -87,8 +87,12 @@ $(LINT_VENV)/.requirements: requirements-upstream-lint.txt
 ## ---- tests
 
 .PHONY: test
-test: install lint check-copies check-series test-upstream ## the whole suite on the patched fork (CUDA if present, DEVICE=cpu|cuda)
-	TRANSFORMERS_TREE=$(TREE) $(PYTEST) tests
+test: install lint check-copies check-series test-upstream test-publish ## everything: lint, checks, the whole suite (CUDA if present, DEVICE=cpu|cuda)
+	TRANSFORMERS_TREE=$(TREE) $(PYTEST) -m "not slow" tests
+
+.PHONY: test-publish
+test-publish: install ## publish the fork to a local bare repo, pip install it from git in a fresh venv, run #25020
+	TRANSFORMERS_TREE=$(TREE) $(VPY) -m pytest -q -p no:cacheprovider -m slow tests/tools/test_publish.py
 
 .PHONY: test-upstream
 test-upstream: install ## the upstream-style test module the series adds to the transformers tree
@@ -115,7 +119,8 @@ lint: venv $(LINT_VENV)/.requirements apply ## black + ruff: our code (current p
 	$(VENV)/bin/black --check --quiet scripts tests
 	$(VENV)/bin/ruff check --quiet scripts tests
 	@files="$(SERIES_PY)"; if [ -n "$$files" ]; then \
-		cd $(TREE) && ../../$(LINT_VENV)/bin/black --check --quiet $$files && ../../$(LINT_VENV)/bin/ruff $$files; \
+		cd $(TREE) && ../../$(LINT_VENV)/bin/black --config pyproject.toml --check --quiet $$files \
+			&& ../../$(LINT_VENV)/bin/ruff --config pyproject.toml $$files; \
 	fi
 
 ## ---- the fork for pip users
