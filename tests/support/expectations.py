@@ -9,7 +9,8 @@ This table is the specification of the patch series. Every class the suite disco
 - `refused`: assisted generation raises a `ValueError` whose message contains
   "Assisted generation is not supported by {ClassName}: {reason}". `reason` is the text the series puts in the
   message; `why` explains it for the documentation. The class's `prepare_inputs_for_generation` keeps the stock
-  one-token behaviour.
+  one-token behaviour, unless the entry says `slices=True`: the class refuses for a reason other than its inputs or
+  its cache (its own `generate`, its attention mask), and its method follows the slicing rule like every other.
 
 `known_failures` lists scenarios where a supported class is known to differ, each with the reason: its test is a
 strict xfail (it fails the suite once it passes, so that the entry is removed with the fix). Empty unless the project
@@ -43,6 +44,7 @@ class Expectation:
     requires: Optional[str] = None  # importable module the class cannot be built without
     # (scenario, reason) pairs where assisted generation is known to differ: strict xfail, so a fix shows up
     known_failures: Tuple[Tuple[str, str], ...] = ()
+    slices: bool = True  # whether `prepare_inputs_for_generation` keeps the tokens the cache has not seen
 
     @property
     def supported(self):
@@ -53,8 +55,8 @@ def supported(why=None, requires=None, known_failures=()):
     return Expectation(SUPPORTED, why=why, requires=requires, known_failures=tuple(known_failures))
 
 
-def refused(reason, why):
-    return Expectation(REFUSED, reason=reason, why=why)
+def refused(reason, why, slices=False):
+    return Expectation(REFUSED, reason=reason, why=why, slices=slices)
 
 
 _MASKED_LM = "a masked LM re-reads the whole sequence at every step (it appends a mask token); it has no cache"
@@ -68,9 +70,16 @@ EXPECTATIONS = {
         "cannot share",
         "the semantic model is prompted with text embeddings merged with the history prompt, passed as "
         "`input_embeds` on the first step",
+        slices=True,  # the method is BarkCausalModel's
     ),
     "BartForCausalLM": supported(),
-    "BertGenerationDecoder": supported(),
+    "BertGenerationDecoder": refused(
+        "its forward pass applies no causal mask when a cache is used, so each candidate token would see the ones "
+        "after it",
+        "with `use_cache`, BertGenerationEncoder builds no self-attention mask at all; greedy search only gets away "
+        "with it because it feeds one token at a time",
+        slices=True,
+    ),
     "BertLMHeadModel": supported(),
     "BigBirdForCausalLM": supported(),
     "BigBirdPegasusForCausalLM": supported(),
@@ -189,6 +198,7 @@ EXPECTATIONS = {
         "retrieved documents",
         "RAG-token marginalises every step over the retrieved documents in its own `generate`; tested with given "
         "context documents and scores (no retriever)",
+        slices=True,
     ),
     "MusicgenForCausalLM": refused(CODEBOOKS, "its own `generate` decodes the codebooks with a delay pattern"),
     "MusicgenForConditionalGeneration": refused(
