@@ -40,6 +40,13 @@ def pytest_report_header(config):
     ]
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes minutes (creates a virtual environment and installs into it)")
+    # The tiny models gain nothing from intra-op threads, and pytest-xdist already runs one process per core: more
+    # threads only oversubscribe the machine and make every test several times slower.
+    torch.set_num_threads(1)
+
+
 def pytest_sessionstart(session):
     transformers, error = _import_transformers()
     tree = expected_tree()
