@@ -847,7 +847,11 @@ def generation_inputs(model, scenario, device=DEVICE, variant=0):
 
 def generate(model, **kwargs):
     """`model.generate(**kwargs)`; Bark's sub-models wrap it in a `generate` that needs the whole Bark pipeline's
-    generation configs, so their inputs go to the generation mixin's `generate` they delegate to."""
+    generation configs, so their inputs go to the generation mixin's `generate` they delegate to.
+
+    The global RNG is seeded first: some forward passes draw random numbers (Reformer's LSH rotations), and the
+    output must not depend on which tests ran before in the same process."""
+    torch.manual_seed(0)
     if type(model).__name__ in ("BarkSemanticModel", "BarkCoarseModel"):
         from transformers.generation.utils import GenerationMixin
 
