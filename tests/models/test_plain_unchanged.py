@@ -21,19 +21,6 @@ CASES = [
 FLOAT_ATOL = 1e-5  # audio decoded from the generated codes (Musicgen), not the codes themselves
 
 
-@pytest.fixture(scope="module")
-def recorded():
-    data = harness.load_recorded()
-    if data is None:
-        pytest.skip(f"no stock data for this device: run `make record-plain` ({harness.data_file().name})")
-    if data["meta"]["fingerprint"] != harness.factory_fingerprint():
-        pytest.fail(
-            "the stock data was recorded with other tiny models or inputs (fingerprint mismatch): "
-            "run `make record-plain` and commit tests/models/data/"
-        )
-    return data
-
-
 @pytest.mark.parametrize("name, inputs, mode", CASES, ids=[f"{n}-{i}-{m}" for n, i, m in CASES])
 def test_plain_unchanged(name, inputs, mode, recorded):
     assert name in EXPECTATIONS, f"{name} has no entry in tests/support/expectations.py"
