@@ -134,22 +134,32 @@ def _is_minus_one(node):
     return isinstance(node, ast.Constant) and node.value == -1
 
 
-def _last_position_base(node):
-    """Returns the name `x` when `node` is `x[:, -1:]` or `x[:, -1].unsqueeze(-1)`, else None."""
+def _batch_slice_base(node, is_last_position):
+    """Returns the name `x` when `node` is `x[:, <index>]` and `is_last_position(<index>)`, else None."""
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Tuple):
         elts = node.slice.elts
+        whole = elts[0] if elts else None
         if (
             len(elts) == 2
-            and isinstance(elts[0], ast.Slice)
-            and elts[0].lower is None
-            and elts[0].upper is None
-            and elts[0].step is None
-            and isinstance(elts[1], ast.Slice)
-            and _is_minus_one(elts[1].lower)
-            and elts[1].upper is None
-            and elts[1].step is None
+            and isinstance(whole, ast.Slice)
+            and whole.lower is None
+            and whole.upper is None
+            and whole.step is None
+            and is_last_position(elts[1])
         ):
             return node.value.id
+    return None
+
+
+def _is_last_slice(node):
+    """`-1:`"""
+    return isinstance(node, ast.Slice) and _is_minus_one(node.lower) and node.upper is None and node.step is None
+
+
+def _last_position_base(node):
+    """Returns the name `x` when `node` is `x[:, -1:]` or `x[:, -1].unsqueeze(-1)`, else None."""
+    if isinstance(node, ast.Subscript):
+        return _batch_slice_base(node, _is_last_slice)
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -158,17 +168,7 @@ def _last_position_base(node):
         and not node.keywords
         and _is_minus_one(node.args[0])
     ):
-        sub = node.func.value
-        if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and isinstance(sub.slice, ast.Tuple):
-            elts = sub.slice.elts
-            if (
-                len(elts) == 2
-                and isinstance(elts[0], ast.Slice)
-                and elts[0].lower is None
-                and elts[0].upper is None
-                and _is_minus_one(elts[1])
-            ):
-                return sub.value.id
+        return _batch_slice_base(node.func.value, _is_minus_one)
     return None
 
 
