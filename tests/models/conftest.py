@@ -4,6 +4,7 @@ import pytest
 import transformers
 
 from models import harness
+from support.expectations import EXPECTATIONS
 
 transformers.logging.set_verbosity_error()
 
@@ -24,3 +25,16 @@ def recorded(request):
             "run `make record-plain` and commit tests/models/data/"
         )
     return data
+
+
+@pytest.fixture
+def entry(request):
+    """The expectation-table entry of the test's `name` parameter; the test is skipped when the class needs an
+    optional module that is not installed."""
+    name = request.node.callspec.params["name"]
+    entry = EXPECTATIONS.get(name)
+    assert entry is not None, f"{name} has no entry in tests/support/expectations.py"
+    missing = harness.missing_requirement(name)
+    if missing:
+        pytest.skip(f"requires {missing}, which is not installed")
+    return entry

@@ -129,12 +129,7 @@ def _params():
 
 
 @pytest.mark.parametrize("name, scenario", _params())
-def test_assisted_vs_greedy(name, scenario, record_property):
-    entry = EXPECTATIONS.get(name)
-    assert entry is not None, f"{name} has no entry in tests/support/expectations.py"
-    missing = harness.missing_requirement(name)
-    if missing:
-        pytest.skip(f"requires {missing}, which is not installed")
+def test_assisted_vs_greedy(name, scenario, entry, record_property):
 
     target = harness.cached_model(name)
     kwargs = generation_inputs(target, scenario)

@@ -9,7 +9,6 @@ Test ids: `test_plain_unchanged[ClassName-inputs-mode]`, with inputs `plain` and
 import pytest
 
 from models import harness
-from support.expectations import EXPECTATIONS
 
 CASES = [
     (name, inputs, mode)
@@ -22,11 +21,7 @@ FLOAT_ATOL = 1e-5  # audio decoded from the generated codes (Musicgen), not the 
 
 
 @pytest.mark.parametrize("name, inputs, mode", CASES, ids=[f"{n}-{i}-{m}" for n, i, m in CASES])
-def test_plain_unchanged(name, inputs, mode, recorded):
-    assert name in EXPECTATIONS, f"{name} has no entry in tests/support/expectations.py"
-    missing = harness.missing_requirement(name)
-    if missing:
-        pytest.skip(f"requires {missing}, which is not installed")
+def test_plain_unchanged(name, inputs, mode, entry, recorded):
     assert name in recorded["plain"], f"no stock output recorded for {name}: run `make record-plain`"
     stock = recorded["plain"][name][f"{inputs}/{mode}"]
     result = harness.run_plain(name, inputs, mode)

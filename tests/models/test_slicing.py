@@ -18,7 +18,6 @@ import torch
 
 from models import harness
 from support.device import DEVICE
-from support.expectations import EXPECTATIONS
 
 CASES = [(name, case) for name in sorted(harness.classes()) for case in harness.SLICING_CASES]
 
@@ -38,12 +37,7 @@ def _captured(name):
 
 
 @pytest.mark.parametrize("name, case", CASES, ids=[f"{n}-{c}" for n, c in CASES])
-def test_slicing(name, case, recorded):
-    entry = EXPECTATIONS.get(name)
-    assert entry is not None, f"{name} has no entry in tests/support/expectations.py"
-    missing = harness.missing_requirement(name)
-    if missing:
-        pytest.skip(f"requires {missing}, which is not installed")
+def test_slicing(name, case, entry, recorded):
     stock_source = recorded["sources"].get(name)
     if harness.series_partial() and stock_source == harness.pifg_source(name):
         pytest.skip("not patched in this prefix")
