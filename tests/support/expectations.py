@@ -29,6 +29,8 @@ SUPPORTED = "supported"
 REFUSED = "refused"
 
 NO_CACHE = "its forward pass takes no `past_key_values`, so it returns no cache that can be cropped"
+# models whose forward pass takes `**kwargs` are judged by what it returns instead of by its signature
+NO_CACHE_RETURNED = "its forward pass returns no cache (`past_key_values`) that the candidate tokens can be verified on"
 ONE_TOKEN_DECODER = "its decoder only accepts one new token at a time with a cache"
 CODEBOOKS = (
     "its generation interleaves the codebooks of each sample under a delay pattern, which the candidate tokens of an "
@@ -182,7 +184,7 @@ EXPECTATIONS = {
         NO_CACHE, "RWKV keeps a recurrent state, which cannot be rewound to an earlier position"
     ),
     "TransfoXLLMHeadModel": refused(NO_CACHE, "Transformer-XL keeps segment memories (`mems`), not a cropable cache"),
-    "XLNetLMHeadModel": refused(NO_CACHE, "XLNet keeps memories (`mems`) and predicts through a permutation mask"),
+    "XLNetLMHeadModel": refused(NO_CACHE_RETURNED, "XLNet keeps memories (`mems`) and predicts through a permutation mask"),
     # ---- refused: a cache that cannot take part, or a generate() of its own ------------------------------------
     "MegaForCausalLM": refused(
         "its cache holds an EMA state that cannot be cropped",
