@@ -8,19 +8,18 @@ from contextlib import contextmanager
 import torch
 import transformers
 
-from support.tiny_models import reset_assistant
+from support.tiny_models import generate, reset_assistant
 
 
 def run(model, assistant=None, **kwargs):
-    """`model.generate(**kwargs)`, with `assistant` as `assistant_model` (its draft length reset first) when given.
-    The global RNG is seeded, so that nothing depends on the tests that ran before."""
-    torch.manual_seed(0)
+    """`model.generate(**kwargs)`, with `assistant` as `assistant_model` (its draft length reset first) when given,
+    through `support.tiny_models.generate` (it seeds the global RNG and knows Bark's sub-models)."""
     if assistant is not None:
         reset_assistant(assistant)
         kwargs["assistant_model"] = assistant
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return model.generate(**kwargs)
+        return generate(model, **kwargs)
 
 
 def sequences(output):
