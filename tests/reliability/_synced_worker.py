@@ -46,18 +46,33 @@ def rank_main(rank, world_size, port, jobs, result_dir, collective_timeout_s):
 
 class _ForwardCollective:
     """Stands in for ZeRO-3's parameter gathering: each forward of the target is a collective over all ranks, so a
-    rank that stops calling forward while another still needs it blocks that rank (until the gloo timeout)."""
+    rank that stops calling forward while another still needs it blocks that rank (until the gloo timeout). The
+    collective is an all_reduce of a zero tensor that is added to the logits, so that the output depends on it, as
+    the gathered parameters do."""
 
     def __init__(self, model):
         self.calls = 0
-        self._handle = model.register_forward_pre_hook(self)
+        self._handle = model.register_forward_hook(self)
 
-    def __call__(self, module, args):
+    def __call__(self, module, args, output):
         self.calls += 1
-        dist.all_reduce(torch.ones(1))
+        zero = torch.zeros(1)
+        dist.all_reduce(zero)
+        output.logits = output.logits + zero.to(output.logits.device)
+        return output
 
     def remove(self):
         self._handle.remove()
+
+
+def _eos_after(target, inputs, max_new_tokens, count):
+    """The token greedy search generates as its `count`-th new token, to use as EOS, so that it stops there."""
+    greedy = target.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    start = 1 if target.config.is_encoder_decoder else inputs["input_ids"].shape[1]
+    new_tokens = greedy[0, start:].tolist()
+    token = new_tokens[count - 1]
+    assert token not in new_tokens[: count - 1], f"pick another EOS position: {new_tokens}"
+    return token, greedy.shape[-1]
 
 
 def _run_job(job):
@@ -73,7 +88,12 @@ def _run_job(job):
     assistant = pick_assistant(spec, target, case.assistant)
     inputs = build_inputs(case, target)
 
+    full_length = None
     with torch.no_grad():
+        if job.get("eos_after"):
+            # this rank meets EOS early and must keep joining the other rank's forward passes
+            eos, full_length = _eos_after(target, inputs, case.max_new_tokens, job["eos_after"])
+            inputs = dict(inputs, eos_token_id=eos, pad_token_id=eos)
         # Single-process reference: plain greedy search, no collectives.
         greedy = target.generate(**inputs, max_new_tokens=case.max_new_tokens, do_sample=False)
 
@@ -94,4 +114,5 @@ def _run_job(job):
         "greedy": greedy.tolist(),
         "assisted": assisted.tolist(),
         "target_forward_calls": collective.calls,
+        "stopped_at_eos": full_length is not None and greedy.shape[-1] < full_length,
     }

@@ -1,10 +1,13 @@
 """Assisted generation with `synced_gpus=True` across two real processes (torch.distributed, gloo, CPU).
 
 Under DeepSpeed ZeRO-3 every rank has to keep calling the target's forward until all ranks are done, because each
-forward gathers parameters from all ranks. The workers reproduce that constraint with a collective in a forward
-pre-hook of the target; the ranks get different prompts and `max_new_tokens`, so they finish at different times. The
-test fails on a deadlock (bounded by a timeout, hung ranks are killed), on an exception in a rank, when the ranks
-call the target's forward a different number of times, or when a rank's output differs from its greedy output.
+forward gathers parameters from all ranks. The workers reproduce that constraint with a collective in every forward
+pass of the target (an all_reduce of a zero tensor, added to its logits); the ranks get different prompts and
+`max_new_tokens`, and in some jobs one rank meets its EOS token after a few tokens, so they finish at different
+times. The test fails on a deadlock (bounded by a timeout, hung ranks are killed), on an exception in a rank, when
+the ranks call the target's forward a different number of times, when a rank's output differs from its greedy
+output, or when a rank meant to meet EOS early does not. Fails on stock 4.31.0 (a rank crashes on the size of its
+attention mask, the other loses its peer); passes on the current series.
 """
 
 import dataclasses
@@ -51,12 +54,32 @@ JOBS = [
         "spec": "llama",
         "cases": [_case(1, 1), _case(5, 20, padding=4, assistant="foreign", draft_length=10)],
     },
+    {
+        "name": "gpt2: rank 0 meets EOS after 2 tokens",
+        "spec": "gpt2",
+        "cases": [_case(6, 16, draft_length=4), _case(8, 12, padding=2)],
+        "eos_after": [2, None],
+    },
+    {
+        "name": "bart: rank 1 meets EOS after 3 tokens",
+        "spec": "bart",
+        "cases": [_case(5, 10), _case(7, 18, padding=1, draft_length=5)],
+        "eos_after": [None, 3],
+    },
 ]
 
 
 def _jobs_per_rank():
     return [
-        [{"name": job["name"], "spec": job["spec"], "case": job["cases"][rank]} for job in JOBS]
+        [
+            {
+                "name": job["name"],
+                "spec": job["spec"],
+                "case": job["cases"][rank],
+                "eos_after": job.get("eos_after", [None] * WORLD_SIZE)[rank],
+            }
+            for job in JOBS
+        ]
         for rank in range(WORLD_SIZE)
     ]
 
@@ -117,5 +140,8 @@ def test_synced_gpus_ranks_finishing_at_different_times(tmp_path):
                 f"{job['name']}: rank {rank} diverged from its single-process greedy output\n"
                 f"  greedy:   {result['greedy']}\n  assisted: {result['assisted']}"
             )
+        for rank, eos_after in enumerate(job.get("eos_after", [None] * WORLD_SIZE)):
+            if eos_after is not None:
+                assert per_rank[rank]["stopped_at_eos"], f"{job['name']}: rank {rank} did not stop at its EOS"
         calls = [result["target_forward_calls"] for result in per_rank]
         assert len(set(calls)) == 1, f"{job['name']}: ranks called the target's forward {calls} times"
