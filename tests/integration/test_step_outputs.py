@@ -10,10 +10,11 @@ accepted, some rejected); skipped, with the reason, only where greedy search ret
 What fails:
 - `test_step_outputs[GitForCausalLM]`: the current series from a cold start (greedy's steps hold the image tokens
   too: (1, 4, 198, 205) attention rows where assisted generation returns (1, 4, 1, 8)).
-- `test_step_outputs[ElectraForCausalLM]`: the current series (greedy's steps after the first hold every position,
-  (1, 4, 8, 8), assisted generation's one).
-- `test_step_outputs[Pix2StructForConditionalGeneration]`: the current series (the cross-attention rows greedy
-  returns grow with the step, (1, 4, 1, 2), (1, 4, 1, 3)...; assisted generation's keep the encoder length).
+- `test_step_outputs[ElectraForCausalLM]` and `[Pix2StructForConditionalGeneration]` are known differences, strict
+  xfails with the reason of the expectation table: greedy search runs Electra without a cache (its steps after the
+  first hold every position, (1, 4, 8, 8), assisted generation's one), and Pix2Struct returns its self-attention
+  weights as `cross_attentions` (greedy's rows grow with the step, (1, 4, 1, 2), (1, 4, 1, 3)...; assisted
+  generation's keep the encoder length).
 - The other classes pass on the current series; on stock 27 of them fail (among them BioGPT, CTRL, Falcon,
   GPT-BigCode, GPT-J, LED, M2M100, OpenLlama, PLBart, Pegasus, XGLM, the speech and vision encoder-decoders).
 - `test_step_outputs_with_a_given_cache`: the current series (GPT-2, a 3-token prefix cache and a 9-token prompt:
@@ -96,7 +97,16 @@ def _has_step_outputs(output):
     return any(getattr(output, key, None) for key in STEP_KEYS if key != "scores")
 
 
-@pytest.mark.parametrize("name", _supported_classes())
+def _cases():
+    cases = []
+    for name in _supported_classes():
+        known = dict(EXPECTATIONS[name].known_failures)
+        marks = [pytest.mark.xfail(strict=True, reason=known["step_outputs"])] if "step_outputs" in known else []
+        cases.append(pytest.param(name, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize("name", _cases())
 def test_step_outputs(name):
     missing = harness.missing_requirement(name)
     if missing:

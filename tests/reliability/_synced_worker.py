@@ -99,6 +99,8 @@ def _run_job(job):
 
         assistant.max_assistant_tokens = case.draft_length
         collective = _ForwardCollective(target)
+        # every forward pass of every model is a collective under ZeRO-3, the assistant's draft steps too
+        assistant_collective = _ForwardCollective(assistant) if assistant is not target else None
         try:
             assisted = target.generate(
                 **inputs,
@@ -109,10 +111,13 @@ def _run_job(job):
             )
         finally:
             collective.remove()
+            if assistant_collective is not None:
+                assistant_collective.remove()
     return {
         "name": job["name"],
         "greedy": greedy.tolist(),
         "assisted": assisted.tolist(),
         "target_forward_calls": collective.calls,
+        "assistant_forward_calls": assistant_collective.calls if assistant_collective is not None else None,
         "stopped_at_eos": full_length is not None and greedy.shape[-1] < full_length,
     }

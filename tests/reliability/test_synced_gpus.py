@@ -7,7 +7,8 @@ pass of the target (an all_reduce of a zero tensor, added to its logits); the ra
 times. The test fails on a deadlock (bounded by a timeout, hung ranks are killed), on an exception in a rank, when
 the ranks call the target's forward a different number of times, when a rank's output differs from its greedy
 output, or when a rank meant to meet EOS early does not. Fails on stock 4.31.0 (a rank crashes on the size of its
-attention mask, the other loses its peer); passes on the current series.
+attention mask, the other loses its peer) and on the series without the lockstep of the draft loop (the ranks call the
+assistant's forward a different number of times, or block on it).
 """
 
 import dataclasses
@@ -36,8 +37,9 @@ def _case(prompt_length, max_new_tokens, padding=0, assistant="sibling", draft_l
 
 
 # Each job runs on both ranks at the same time (same model), with rank-specific inputs.
-# "itself" is not used as assistant here: its draft forwards would go through the target's collective hook, and
-# draft lengths legitimately differ between ranks.
+# "itself" is not used as assistant here: its draft forwards would go through the target's hook and be counted as
+# the target's. The assistant's forward passes are collectives of their own: the ranks must run as many of them, in
+# lockstep, whatever their own draft lengths, EOS or `max_length` (fails without the lockstep of the draft loop).
 JOBS = [
     {
         "name": "gpt2: rank 0 stops first",
@@ -145,3 +147,7 @@ def test_synced_gpus_ranks_finishing_at_different_times(tmp_path):
                 assert per_rank[rank]["stopped_at_eos"], f"{job['name']}: rank {rank} did not stop at its EOS"
         calls = [result["target_forward_calls"] for result in per_rank]
         assert len(set(calls)) == 1, f"{job['name']}: ranks called the target's forward {calls} times"
+        assistant_calls = [result["assistant_forward_calls"] for result in per_rank]
+        assert (
+            len(set(assistant_calls)) == 1
+        ), f"{job['name']}: ranks called the assistant's forward {assistant_calls} times"

@@ -30,7 +30,9 @@ REFUSED = "refused"
 
 NO_CACHE = "its forward pass takes no `past_key_values`, so it returns no cache that can be cropped"
 # models whose forward pass takes `**kwargs` are judged by what it returns instead of by its signature
-NO_CACHE_RETURNED = "its forward pass returns no cache (`past_key_values`) that the candidate tokens can be verified on"
+NO_CACHE_RETURNED = (
+    "its forward pass returns no cache (`past_key_values`) that the candidate tokens can be verified on"
+)
 ONE_TOKEN_DECODER = "its decoder only accepts one new token at a time with a cache"
 CODEBOOKS = (
     "its generation interleaves the codebooks of each sample under a delay pattern, which the candidate tokens of an "
@@ -100,7 +102,17 @@ EXPECTATIONS = {
         "directions, so a candidate would see the candidates after it",
     ),
     "Data2VecTextForCausalLM": supported(),
-    "ElectraForCausalLM": supported(),
+    "ElectraForCausalLM": supported(
+        known_failures=[
+            (
+                "step_outputs",
+                "greedy search runs Electra without a cache (its `prepare_inputs_for_generation` drops `use_cache`, "
+                "which ElectraModel does not default from the config), so each of its steps holds every position; "
+                "assisted generation verifies on top of a cache and returns one position per step, as for every "
+                "other model",
+            )
+        ]
+    ),
     "ErnieForCausalLM": supported(),
     "FalconForCausalLM": supported(),
     "GPT2DoubleHeadsModel": supported(),
@@ -151,7 +163,17 @@ EXPECTATIONS = {
     "PLBartForConditionalGeneration": supported(),
     "PegasusForConditionalGeneration": supported(),
     "PegasusXForConditionalGeneration": supported(),
-    "Pix2StructForConditionalGeneration": supported(why="tested with `flattened_patches`"),
+    "Pix2StructForConditionalGeneration": supported(
+        why="tested with `flattened_patches`",
+        known_failures=[
+            (
+                "step_outputs",
+                "Pix2Struct's text decoder returns its self-attention weights as `cross_attentions` (and its position "
+                "bias as `attentions`); assisted generation splits `cross_attentions` along the encoder's keys, so "
+                "its per-step rows are wider than greedy's, with zeros past each token's own key",
+            )
+        ],
+    ),
     "SpeechEncoderDecoderModel": supported(why="tested with a Wav2Vec2 encoder (`input_values`) and a BERT decoder"),
     "Speech2TextForConditionalGeneration": supported(why="tested with `input_features`"),
     "SpeechT5ForSpeechToText": supported(why="tested with `input_values`"),
@@ -184,7 +206,9 @@ EXPECTATIONS = {
         NO_CACHE, "RWKV keeps a recurrent state, which cannot be rewound to an earlier position"
     ),
     "TransfoXLLMHeadModel": refused(NO_CACHE, "Transformer-XL keeps segment memories (`mems`), not a cropable cache"),
-    "XLNetLMHeadModel": refused(NO_CACHE_RETURNED, "XLNet keeps memories (`mems`) and predicts through a permutation mask"),
+    "XLNetLMHeadModel": refused(
+        NO_CACHE_RETURNED, "XLNet keeps memories (`mems`) and predicts through a permutation mask"
+    ),
     # ---- refused: a cache that cannot take part, or a generate() of its own ------------------------------------
     "MegaForCausalLM": refused(
         "its cache holds an EMA state that cannot be cropped",
