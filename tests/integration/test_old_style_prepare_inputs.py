@@ -25,7 +25,7 @@ import pytest
 import torch
 from transformers import BartForConditionalGeneration, GPT2LMHeadModel, LlamaForCausalLM
 
-from integration._common import ForwardCounter, assert_same_tokens, captured_warnings, run
+from integration._common import assert_same_tokens, captured_warnings, run
 from support.tiny_models import draft_model, generation_inputs, tiny_model
 
 # ---- the old-style classes -----------------------------------------------------------------------------------------
@@ -184,8 +184,8 @@ def test_old_style_warns_once(base):
 
 def test_inputs_embeds_only_equals_greedy():
     """A method that embeds the tokens itself and returns `inputs_embeds` only, keeping the last token with a cache:
-    stock 4.31.0 ignores `prepare_inputs_for_generation` in assisted decoding and returns greedy's tokens, so the series
-    must too. The embeddings are completed like the ids, from what the method prepares without a cache.
+    stock 4.31.0 ignores `prepare_inputs_for_generation` in assisted decoding and returns greedy's tokens, so the
+    series must too. The embeddings are completed like the ids, from what the method prepares without a cache.
 
     Fails on the series without that completion (a size mismatch deep in the model)."""
     target = tiny_model(EmbedsOnlyGPT2LMHeadModel, seed=0)
