@@ -330,3 +330,21 @@ def test_models_usable_after_errors(encoder_decoder):
         assert _draft_length_is_sane(assistant), assistant.max_assistant_tokens
     finally:
         reset_assistant(assistant)  # the cached assistant starts the next test from the default
+
+
+def test_bark_semantic_generate_refuses_an_assistant():
+    """Bark's semantic model is prompted by its own `generate` with `input_embeds` built from its embedding layer,
+    which an assistant cannot share (stock 4.31.0 dropped them in assisted decoding and returned other tokens). Through
+    the generation mixin, with `input_ids`, it is supported like every other causal model."""
+    from transformers.models.bark.generation_configuration_bark import BarkSemanticGenerationConfig
+
+    target = get_model("BarkSemanticModel")
+    config = BarkSemanticGenerationConfig(semantic_vocab_size=target.config.output_vocab_size)
+    with torch.no_grad(), pytest.raises(ValueError) as raised:
+        target.generate(
+            torch.ones((1, 4), dtype=torch.long), semantic_generation_config=config, assistant_model=target
+        )
+    message = str(raised.value)
+    assert message.startswith(f"{UNSUPPORTED_PREFIX} BarkSemanticModel: "), message
+    _assert_clear(message, what=["input_embeds"], todo=["without `assistant_model`"])
+    assert not hasattr(target, "max_assistant_tokens")

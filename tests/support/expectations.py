@@ -69,12 +69,9 @@ EXPECTATIONS = {
     # ---- decoder-only ---------------------------------------------------------------------------------------------
     "BarkCausalModel": supported(),
     "BarkCoarseModel": supported(),
-    "BarkSemanticModel": refused(
-        "its first forward pass takes `input_embeds` built from its own embedding layer, which an assistant model "
-        "cannot share",
-        "the semantic model is prompted with text embeddings merged with the history prompt, passed as "
-        "`input_embeds` on the first step",
-        slices=True,  # the method is BarkCausalModel's
+    "BarkSemanticModel": supported(
+        why="prompted with `input_ids` through the generation mixin; its own `generate`, which prompts it with text "
+        "embeddings merged with the history prompt (`input_embeds`), refuses an `assistant_model`"
     ),
     "BartForCausalLM": supported(),
     "BertGenerationDecoder": refused(
@@ -219,12 +216,10 @@ EXPECTATIONS = {
         "be checked at once",
         "FSMT's decoder slices its input to the last token itself whenever `use_cache` is on",
     ),
-    "RagTokenForGeneration": refused(
-        "its `generate` only implements greedy and beam search over the distribution marginalized over the "
-        "retrieved documents",
-        "RAG-token marginalises every step over the retrieved documents in its own `generate`; tested with given "
-        "context documents and scores (no retriever)",
-        slices=True,
+    "RagTokenForGeneration": supported(
+        why="its own `generate` decodes the distribution marginalized over the retrieved documents and ignores an "
+        "`assistant_model` with a warning, returning greedy search's tokens as v4.31.0 did; tested with given "
+        "context documents and scores (no retriever)"
     ),
     "MusicgenForCausalLM": refused(CODEBOOKS, "its own `generate` decodes the codebooks with a delay pattern"),
     "MusicgenForConditionalGeneration": refused(
