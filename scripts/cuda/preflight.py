@@ -3,9 +3,10 @@
 Run with the isolated interpreter and PYTHONPATH=TREE/src (see `scripts/cuda/run.sh`). It fails (exit 1) unless
 transformers is imported from TREE/src, is version 4.31.0 and is the fork (`--kind fork`: its generation and modeling
 files differ from stock's) or stock v4.31.0 (`--kind stock`: they match `record_plain_outputs.STOCK_DIGEST`);
-huggingface-hub is 0.16.4; tokenizers, accelerate and peft cannot be imported; the device is usable (with `cuda`,
-`torch.cuda.is_available()`), and greedy and assisted generation of a tiny GPT-2 run there. With `--kind fork` it also
-needs pytest and pytest-xdist, which run the suite. It prints one line per version it found.
+huggingface-hub is 0.16.4; tokenizers, accelerate and peft cannot be imported; `ninja` fails (isolate.py); the
+device is usable (with `cuda`, `torch.cuda.is_available()`), and greedy and assisted generation of a tiny GPT-2 run
+there. With `--kind fork` it also needs pytest and pytest-xdist, which run the suite. It prints one line per version
+it found.
 
 `--discover` also imports every PyTorch modeling module, as the suite's class discovery does. When that fails inside
 a package of the system's site-packages (seen through `--links`, see `isolate.py`), the package is named on a line
@@ -81,6 +82,9 @@ def main():
     for hidden in ("tokenizers", "accelerate", "peft"):
         spec = importlib.util.find_spec(hidden)
         check(spec is None, f"{hidden} is importable ({spec and spec.origin}) but must be hidden")
+    from transformers.utils.import_utils import is_ninja_available
+
+    check(not is_ninja_available(), "ninja works on PATH: RWKV would JIT-compile its CUDA kernel (see isolate.py)")
     for name in ("numpy", "safetensors", "regex", "requests", "tqdm", "pyyaml", "filelock", "packaging", "pytest"):
         info[name] = version_of(name)
     info["pytest_xdist"] = version_of("pytest-xdist")

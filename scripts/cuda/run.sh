@@ -20,7 +20,7 @@
 # bench.json, logs.tar.gz. The last lines of stdout are a short summary. Exit status: 0 when the set-up and the suite
 # passed, 1 when the suite failed or did not run, 2 when the set-up failed.
 #
-# Knobs (environment): DEVICE (cuda; cpu for a rehearsal), CUDA_BUDGET_S (320), CUDA_JOBS (10: pytest workers and
+# Knobs (environment): DEVICE (cuda; cpu for a rehearsal), CUDA_BUDGET_S (300), CUDA_JOBS (10: pytest workers and
 # precision processes), CUDA_RECORD_SHARDS (8), CUDA_SYSTEM_PYTHON (python3), CUDA_SUITE_ARGS (extra pytest
 # arguments), CUDA_PRECISION_ARGS (extra arguments of cuda_precision.py), CUDA_BENCH_ARGS, CUDA_SKIP (phases to
 # skip: any of record suite precision bench).
@@ -40,7 +40,7 @@ OUT=$(cd "$OUT" && pwd)
 REPO=$(pwd)
 
 export DEVICE=${DEVICE:-cuda}
-BUDGET=${CUDA_BUDGET_S:-320}
+BUDGET=${CUDA_BUDGET_S:-300}
 JOBS=${CUDA_JOBS:-10}
 SHARDS=${CUDA_RECORD_SHARDS:-8}
 SYSPY=${CUDA_SYSTEM_PYTHON:-python3}
@@ -70,15 +70,18 @@ log() { echo "[$(printf '%4d' $((SECONDS - T0)))s] $*"; }
 phase() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RUN/phases.tsv"; log "$1: $2${4:+ - $4}"; }
 skipped() { [[ "$SKIP" == *" $1 "* ]]; }
 
+# after every step: summary.md and logs.tar.gz in $OUT, so that a run killed later still leaves them
 pack_logs() {
     cp "$RUN/phases.tsv" "$LOGS/" 2>/dev/null
+    "$SYSPY" scripts/cuda/summarize.py run "$RUN" --output "$OUT/summary.md" >/dev/null 2>&1
     tar -czf "$OUT/logs.tar.gz" -C "$RUN" logs 2>/dev/null
 }
 
 finish() {
     local status=$1
     "$SYSPY" scripts/cuda/summarize.py run "$RUN" --output "$OUT/summary.md" || echo "run.sh: no summary.md"
-    pack_logs
+    cp "$RUN/phases.tsv" "$LOGS/" 2>/dev/null
+    tar -czf "$OUT/logs.tar.gz" -C "$RUN" logs 2>/dev/null
     echo "total: $((SECONDS - T0))s of work (budget ${BUDGET}s); results in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
     exit "$status"
 }
@@ -100,7 +103,7 @@ timed() {
 }
 
 log "cuda run: device=$DEVICE budget=${BUDGET}s jobs=$JOBS shards=$SHARDS system python=$(command -v "$SYSPY") ($("$SYSPY" --version 2>&1))"
-log "machine: $(nproc) cores, $(hostname)${ORIGINAL_PYTHONPATH:+, PYTHONPATH was $ORIGINAL_PYTHONPATH (unset)}"
+log "machine: $(nproc) cores, $(uname -n)${ORIGINAL_PYTHONPATH:+, PYTHONPATH was $ORIGINAL_PYTHONPATH (unset)}"
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$LOGS/nvidia-smi.log" 2>&1
     log "gpu: $(head -n 1 "$LOGS/nvidia-smi.log")"
@@ -120,6 +123,8 @@ STOCK=$RUN/stock
 WHEELS=()
 for wheel in build/cuda/wheels/*.whl; do WHEELS+=(--wheel "$wheel"); done
 
+# the environment's bin/ comes first: its python, and the ninja stub (isolate.py)
+export PATH=$RUN/env/bin:$PATH
 EXCLUDE_EXTRA=()
 for attempt in 1 2 3 4; do
     timed setup-isolate 120 "$SYSPY" scripts/cuda/isolate.py --env "$RUN/env" --links "$RUN/links" \
@@ -144,7 +149,12 @@ for attempt in 1 2 3 4; do
     fi
     break
 done
-[ $rc -eq 0 ] || die setup-preflight-fork $((SECONDS - start)) "$(grep -m 1 'FAILED' "$LOGS/setup-preflight-fork.log")"
+if [ $rc -ne 0 ]; then
+    # for the diagnosis: what the system's own interpreter sees, outside the isolated environment
+    timeout 120 "$SYSPY" -c 'import sys, torch; print("outside the isolated environment:", sys.executable, "torch",
+        torch.__version__, "cuda available:", torch.cuda.is_available())' >>"$LOGS/setup-preflight-fork.log" 2>&1
+    die setup-preflight-fork $((SECONDS - start)) "$(grep -m 1 'FAILED' "$LOGS/setup-preflight-fork.log")"
+fi
 PYTHONPATH=$STOCK/src timed setup-preflight-stock 120 "$ISO" scripts/cuda/preflight.py --tree "$STOCK" \
     --kind stock --device "$DEVICE" --json "$LOGS/preflight-stock.json" ||
     die setup-preflight-stock $((SECONDS - start)) "$(grep -m 1 'FAILED' "$LOGS/setup-preflight-stock.log")"
