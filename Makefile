@@ -123,6 +123,16 @@ lint: venv $(LINT_VENV)/.requirements apply ## black + ruff: our code (current p
 			&& ../../$(LINT_VENV)/bin/ruff --config pyproject.toml $$files; \
 	fi
 
+## ---- a CUDA GPU machine
+
+.PHONY: cuda-prep
+cuda-prep: apply ## pack build/cuda/ (fork + stock files, wheels) for scripts/cuda/run.sh on a GPU machine
+	$(PYTHON) scripts/cuda/prep.py
+
+.PHONY: cuda-dry-run
+cuda-dry-run: cuda-prep venv ## rehearse scripts/cuda/run.sh here, on the CPU, on a copy of what a run carries
+	bash scripts/cuda/dry_run.sh
+
 ## ---- the fork for pip users
 
 .PHONY: wheel

@@ -6,6 +6,9 @@ for every discovered class it stores the greedy, beam and contrastive outputs of
 that method. `tests/models/test_plain_unchanged.py` and `tests/models/test_slicing.py` compare the patched fork
 with it. The file is per device (`tests/models/data/stock-<device>.json`) and carries a fingerprint of the code that
 builds the models and inputs, so that stale data is reported instead of compared.
+
+`--shard K/N` records every N-th class only, so that N processes can record at once (`scripts/cuda/run.sh` does this
+on a GPU machine); `--merge` joins their parts into the same file one process would have written.
 """
 
 import argparse
@@ -65,11 +68,76 @@ def stock_tree_digest(package_dir):
     return digest.hexdigest()
 
 
+def parse_shard(text):
+    """`K/N` -> (K, N): record the classes whose index in the sorted class list is K modulo N."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes K/N (e.g. 0/4), got {text!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return index, count
+
+
+def merge_parts(parts):
+    """The recording of the whole class list from the parts that `--shard K/N` wrote, for K = 0 .. N-1: the same
+    data as one unsharded run. Raises ValueError when parts are missing, repeated or come from different runs."""
+    if not parts:
+        raise ValueError("no parts to merge")
+    shards = [part["meta"].get("shard") for part in parts]
+    if None in shards:
+        raise ValueError("only parts written with --shard can be merged")
+    count = shards[0][1]
+    found = sorted(index for index, _ in shards)
+    if any(shard[1] != count for shard in shards) or found != list(range(count)):
+        raise ValueError(f"the parts are not shards 0..{count - 1} of one run: {sorted(map(tuple, shards))}")
+    meta = {key: value for key, value in parts[0]["meta"].items() if key != "shard"}
+    for part in parts[1:]:
+        if {key: value for key, value in part["meta"].items() if key != "shard"} != meta:
+            raise ValueError("the parts were recorded with different trees, devices or inputs")
+    data = {"meta": meta, "plain": {}, "slicing": {}, "sources": {}, "skipped": {}}
+    for part in parts:
+        for section in ("plain", "slicing", "sources", "skipped"):
+            overlap = set(data[section]) & set(part[section])
+            if overlap:
+                raise ValueError(f"classes recorded twice: {sorted(overlap)}")
+            data[section].update(part[section])
+    return data
+
+
+def write_data(data, output):
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=None, help="default: tests/models/data/stock-<device>.json")
     parser.add_argument("--allow-patched", action="store_true", help="record even if the tree is not stock 4.31.0")
+    parser.add_argument(
+        "--shard",
+        type=parse_shard,
+        metavar="K/N",
+        help="record only the classes whose index is K modulo N, as a part for --merge (parallel recording)",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="PART",
+        help="record nothing: merge the parts of --shard into --output",
+    )
     args = parser.parse_args()
+
+    if args.merge:
+        try:
+            data = merge_parts([json.loads(path.read_text()) for path in args.merge])
+        except ValueError as error:
+            sys.exit(f"cannot merge {len(args.merge)} parts: {error}")
+        output = args.output or harness.data_file(data["meta"]["device"])
+        write_data(data, output)
+        print(f"wrote {output}: {len(data['plain'])} classes from {len(args.merge)} parts", file=sys.stderr)
+        return 0
 
     if transformers.__version__ != "4.31.0":
         sys.exit(f"stock transformers 4.31.0 expected, got {transformers.__version__}")
@@ -94,7 +162,12 @@ def main():
         "sources": {},
         "skipped": {},
     }
-    for name in sorted(harness.classes()):
+    names = sorted(harness.classes())
+    if args.shard:
+        index, count = args.shard
+        data["meta"]["shard"] = [index, count]
+        names = names[index::count]
+    for name in names:
         missing = harness.missing_requirement(name)
         if missing:
             data["skipped"][name] = f"requires {missing}"
@@ -103,8 +176,7 @@ def main():
         data["sources"][name] = harness.pifg_source(name)
         print(f"recorded {name}", file=sys.stderr, flush=True)
     output = args.output or harness.data_file(DEVICE)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_data(data, output)
     print(
         f"wrote {output.relative_to(REPO) if output.is_relative_to(REPO) else output}: {len(data['plain'])} classes "
         f"in {time.time() - start:.0f}s",
