@@ -55,8 +55,8 @@ class Expectation:
         return self.status == SUPPORTED
 
 
-def supported(why=None, requires=None, known_failures=()):
-    return Expectation(SUPPORTED, why=why, requires=requires, known_failures=tuple(known_failures))
+def supported(why=None, requires=None, known_failures=(), slices=True):
+    return Expectation(SUPPORTED, why=why, requires=requires, known_failures=tuple(known_failures), slices=slices)
 
 
 def refused(reason, why, slices=False):
@@ -74,12 +74,8 @@ EXPECTATIONS = {
         "embeddings merged with the history prompt (`input_embeds`), refuses an `assistant_model`"
     ),
     "BartForCausalLM": supported(),
-    "BertGenerationDecoder": refused(
-        "its forward pass applies no causal mask when a cache is used, so each candidate token would see the ones "
-        "after it",
-        "with `use_cache`, BertGenerationEncoder builds no self-attention mask at all; greedy search only gets away "
-        "with it because it feeds one token at a time",
-        slices=True,
+    "BertGenerationDecoder": supported(
+        why="with a cache its forward pass applies no attention mask to one new token, and a causal one to several"
     ),
     "BertLMHeadModel": supported(),
     "BigBirdForCausalLM": supported(),
@@ -92,11 +88,9 @@ EXPECTATIONS = {
     "CTRLLMHeadModel": supported(),
     "CamembertForCausalLM": supported(),
     "CodeGenForCausalLM": supported(),
-    "CpmAntForCausalLM": refused(
-        "the tokens given to one forward pass attend each other bidirectionally, so several candidate tokens cannot "
-        "be checked at once",
-        "CpmAnt's forward pass treats the tokens it is given as context that attend to each other in both "
-        "directions, so a candidate would see the candidates after it",
+    "CpmAntForCausalLM": supported(
+        why="its forward pass takes the whole sequence and keeps the tokens the cache has not seen itself",
+        slices=False,
     ),
     "Data2VecTextForCausalLM": supported(),
     "ElectraForCausalLM": supported(
@@ -149,6 +143,10 @@ EXPECTATIONS = {
     "BlenderbotForConditionalGeneration": supported(),
     "BlenderbotSmallForConditionalGeneration": supported(),
     "EncoderDecoderModel": supported(why="tested with BERT encoder and decoder"),
+    "FSMTForConditionalGeneration": supported(
+        why="its decoder takes the whole `decoder_input_ids` and keeps the tokens the cache has not seen itself",
+        slices=False,
+    ),
     "LEDForConditionalGeneration": supported(),
     "LongT5ForConditionalGeneration": supported(),
     "M2M100ForConditionalGeneration": supported(),
@@ -210,11 +208,6 @@ EXPECTATIONS = {
     "MegaForCausalLM": refused(
         "its cache holds an EMA state that cannot be cropped",
         "Mega's moving-average state summarises every token seen so far and cannot be rewound",
-    ),
-    "FSMTForConditionalGeneration": refused(
-        "its decoder only processes the last decoder token when a cache is used, so several candidate tokens cannot "
-        "be checked at once",
-        "FSMT's decoder slices its input to the last token itself whenever `use_cache` is on",
     ),
     "RagTokenForGeneration": supported(
         why="its own `generate` decodes the distribution marginalized over the retrieved documents and ignores an "
