@@ -4,7 +4,7 @@ Random weights make a draft that rarely agrees with its target; a real deploymen
 target. This trains a pair like that on text every machine has, without a download:
   corpus   a pinned list of Python 3.11 standard library modules, checked against pinned sha256 hashes (the files
            differ between Python versions: the training refuses to run on other files rather than train on them)
-  target   a 4-layer, 256-wide GPT-2 on raw bytes (256-token vocabulary, no tokenizer needed)
+  target   a 6-layer, 96-wide GPT-2 on raw bytes (256-token vocabulary, no tokenizer needed)
   draft    a 1-layer, 64-wide GPT-2, trained on the target's own greedy continuations of corpus prompts (hard-label
            distillation: it learns to predict what the target would say, which is what assisted decoding checks)
 Everything is seeded and runs on two CPU threads; both models are saved with `save_pretrained` under
@@ -54,18 +54,19 @@ TRAINING_VERSION = "1"
 HELD_OUT = 0.05  # the last 5% of the corpus: prompts only
 N_POSITIONS = 1024
 SETTINGS = {
-    "target": {"n_layer": 4, "n_embd": 256, "n_head": 4},
+    # Deep and narrow: at batch 1 a forward costs mostly per layer, while training costs per parameter.
+    "target": {"n_layer": 6, "n_embd": 96, "n_head": 3},
     "draft": {"n_layer": 1, "n_embd": 64, "n_head": 2},
     "threads": 2,
-    "target_steps": 120,
+    "target_steps": 200,
     "target_batch": 16,
     "target_context": 64,
-    "target_lr": 3e-3,
+    "target_lr": 4e-3,
     # Distillation data: the target's greedy continuations of corpus prompts.
     "distill_prompts": 192,
     "distill_prompt_length": 48,
     "distill_new_tokens": 80,
-    "draft_steps": 200,
+    "draft_steps": 150,
     "draft_batch": 16,
     "draft_lr": 3e-3,
     "seed": 0,
