@@ -44,9 +44,14 @@ WORKER = Path(__file__).resolve().parent / "bench_worker.py"
 HEADLINE = "trained"
 TRAINED_PROMPT_LENGTH = 64
 
+TRAINED_PAIR = (
+    "trained byte-level GPT-2 ({0[n_layer]}x{0[n_embd]}) + distilled draft ({1[n_layer]}x{1[n_embd]})".format(
+        bench_train.SETTINGS["target"], bench_train.SETTINGS["draft"]
+    )
+)
 # name: (model workload, new tokens in full mode, new tokens in quick mode, description)
 CASES = {
-    "trained": ("trained", 128, 128, "trained byte-level GPT-2 (4x256) + distilled draft (1x64)"),
+    "trained": ("trained", 128, 128, TRAINED_PAIR),
     "trained-16": ("trained", 16, 16, "the same pair, 16 new tokens"),
     "draft": ("draft", 128, 32, "random GPT-2 small (124M) + 2-layer draft (14M)"),
     "draft-16": ("draft", 16, 16, "the same pair, 16 new tokens"),
@@ -246,6 +251,7 @@ class Bench:
             side: Worker(side, python, pythonpath, args, self.log_dir) for side, (python, pythonpath) in sides.items()
         }
         self.marks = []
+        self.forward_costs = None
 
     def elapsed(self):
         return time.perf_counter() - self.start
@@ -284,6 +290,8 @@ class Bench:
             if len(set(checksums.values())) != 1:
                 raise SystemExit(f"bench: the sides built different {workload} models: {checksums}")
         print(f"[{self.elapsed():6.0f}s] models built; warming up", flush=True)
+        if "trained" in workloads:
+            self.forward_costs = self.workers["patched"].ask({"op": "costs", "workload": "trained"})["forward_costs"]
         warm = self.plan["warmup_tokens"]
         for side in self.sides:
             for target in sorted({greedy_key(case)[0] for case in self.cases}):
@@ -611,7 +619,7 @@ def cell(row, side, text):
     return text(row["side"][side])
 
 
-def report(meta, info, table, growth, files):
+def report(meta, info, table, growth, files, results):
     sides = meta["sides"]
     peers = [side for side in sides if side not in ("stock", "patched")]
     head = table.get(HEADLINE)
@@ -679,6 +687,22 @@ def report(meta, info, table, growth, files):
             f"{trained['draft_loss']:.2f}); {trained['training_seconds']:.0f} s of training on "
             f"{s['threads']} threads when it was trained (cached since)."
         )
+        continuation = next(
+            (r["continuation"] for r in results if r.get("case") == HEADLINE and r.get("continuation")), None
+        )
+        if continuation:
+            generated = json.dumps(bytes(continuation).decode("utf-8", "replace"))[1:-1].replace("`", "'")
+            add(
+                f"  The prompt and the {len(continuation)} bytes every side generates from it: "
+                f"`{json.dumps(meta['trained_prompt'])[1:-1].replace('`', chr(39))}` -> `{generated}`"
+            )
+        costs = meta.get("forward_costs")
+        if costs:
+            add(
+                f"  One cached single-token forward (patched side): target {ms(costs['target'], 3)} ms, draft "
+                f"{ms(costs['assistant'], 3)} ms: the target costs {costs['target'] / costs['assistant']:.1f} times "
+                "the draft."
+            )
     add("")
     add("## Cases")
     add("")
@@ -898,6 +922,7 @@ def main():
         meta["trained_key"] = Path(trained["dir"]).name
         meta["trained_meta"] = json.loads((Path(trained["dir"]) / "training.json").read_text())
         meta["trained_prompt"] = bytes(trained["prompt"]).decode("utf-8", "replace")
+        meta["forward_costs"] = bench.forward_costs
     json_path = args.json or bench.log_dir / ("results-quick.json" if args.quick else "results.json")
     json_path.write_text(json.dumps({"info": info, "meta": meta, "results": bench.results}, indent=1))
     publish(args, info, bench.results, meta, json_path)
@@ -909,7 +934,7 @@ def publish(args, info, results, meta, json_path):
     docs_dir = args.docs_dir or (REPO / "build" / "bench" / "quick" if meta["quick"] else REPO / "docs")
     docs_dir.mkdir(parents=True, exist_ok=True)
     files = plots(table, growth, meta, info, docs_dir)
-    (docs_dir / "benchmarks.md").write_text(report(meta, info, table, growth, files))
+    (docs_dir / "benchmarks.md").write_text(report(meta, info, table, growth, files, results))
 
     sides = meta["sides"]
     print()

@@ -7,6 +7,7 @@ libraries print goes to stderr). Commands:
 
     {"op": "info"}
     {"op": "load", "workloads": [NAME, ...], "trained": {"dir": PATH, "prompt": [BYTE, ...]}}
+    {"op": "costs", "workload": NAME}   (time of one cached forward of the target and of the assistant)
     {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
 
 Models are built from config classes with random weights under a fixed seed, so every side builds bit-identical
@@ -249,6 +250,27 @@ class Worker:
             self.loaded[name] = (target, assistant, prompt, checksum(target, assistant))
         return self.loaded[name]
 
+    def forward_costs(self, workload, calls=50):
+        """Time of one cached single-token forward of the target and of the assistant, after the prompt."""
+        target, assistant, prompt, _ = self.workload(workload)
+        costs = {}
+        with torch.no_grad():
+            for name, model in (("target", target), ("assistant", assistant)):
+                if model.config.is_encoder_decoder:
+                    continue
+                past = model(**prompt, use_cache=True).past_key_values
+                token = prompt["input_ids"][:, -1:]
+                mask = torch.ones_like(prompt["input_ids"][:, :1]).repeat(1, prompt["input_ids"].shape[1] + 1)
+                for _ in range(5):
+                    model(input_ids=token, attention_mask=mask, past_key_values=past, use_cache=True)
+                self.clock.sync()
+                start = self.clock.now()
+                for _ in range(calls):
+                    model(input_ids=token, attention_mask=mask, past_key_values=past, use_cache=True)
+                self.clock.sync()
+                costs[name] = (self.clock.now() - start) / calls
+        return {"forward_costs": costs}
+
     def run(self, workload, method, max_new_tokens, marks=()):
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
@@ -365,6 +387,8 @@ class Worker:
             "prefix_per_token": prefix,
             "prompt_length": prompt_length,
             "first_round": rounds[0][0] - start,  # the prompt's round: time to the first token
+            # The trained pair speaks bytes: its continuation is worth reading.
+            "continuation": output[0, start_length:].tolist() if workload == "trained" else None,
             "output_sha": hashlib.sha256(output.cpu().numpy().tobytes()).hexdigest()[:16],
             "weights_sha": weights,
         }
@@ -386,6 +410,8 @@ def main():
             elif command["op"] == "load":
                 worker.trained = command.get("trained")
                 answer = {"weights": {name: worker.workload(name)[3] for name in command["workloads"]}}
+            elif command["op"] == "costs":
+                answer = worker.forward_costs(command["workload"])
             elif command["op"] == "run":
                 answer = worker.run(
                     command["workload"], command["method"], command["max_new_tokens"], command.get("marks", ())
