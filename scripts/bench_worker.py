@@ -1,16 +1,22 @@
 """Benchmark worker: times generation with the transformers its interpreter imports.
 
-Started by `scripts/bench.py`, once per side (stock, patched), so that the two trees never share a process. It reads
+Started by `scripts/bench.py`, once per side (stock 4.31.0, the upstream releases it is compared with, the patched
+fork), so that no two transformers versions ever share a process. It reads
 one JSON command per line on stdin and answers one JSON line per command on its original stdout (everything the
 libraries print goes to stderr). Commands:
 
     {"op": "info"}
-    {"op": "load", "workloads": [NAME, ...]}
+    {"op": "load", "workloads": [NAME, ...], "trained": {"dir": PATH, "prompt": [BYTE, ...]}}
+    {"op": "costs", "workload": NAME}   (time of one cached forward of the target and of the assistant)
     {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
 
-Models are built from config classes with random weights under a fixed seed, so both sides build bit-identical
-models (the answer carries a weight checksum to prove it). Times are taken on one clock: on CPU the CPU time of
-the computing thread (`time.thread_time`; torch runs one thread), on CUDA the wall clock. Model forwards are timed
+Models are built from config classes with random weights under a fixed seed, so every side builds bit-identical
+models (the answer carries a weight checksum to prove it); the trained pair is loaded with `from_pretrained` from the
+directory `scripts/bench_train.py` saved it to. A run that raises (a release that refuses or fails a workload) is
+answered with the error instead of measurements; the driver reports it and goes on.
+
+Times are taken on one clock: on CPU the CPU time of the computing thread (`time.thread_time`; torch runs one
+thread), on CUDA the wall clock. Model forwards are timed
 with forward pre/post hooks on the target and the assistant (outermost call only), and every round of the decoding
 loop is timestamped by a stopping criterion that never stops anything (the loops call the stopping criteria once per
 round: once per token for greedy, once per verification for assisted).
@@ -28,6 +34,7 @@ import torch
 
 PROMPT_LENGTH = 16
 MAX_POSITIONS = 2048  # prompt + 1024 new tokens + the largest candidate block fit comfortably
+INITIAL_DRAFT_LENGTH = 5  # 4.31's fixed start, 4.35+'s default
 PERTURBATION = float(os.environ.get("BENCH_PERTURBATION", "0.15"))  # noise scale of the partial-acceptance assistant
 
 
@@ -96,10 +103,10 @@ class Clock:
         self.rounds.append((self.now(), length, self.forward_calls, self.forward_time))
 
 
-def build_workloads(device, dtype):
+def build_workloads(device, dtype, trained=None):
     """Name -> factory returning (target, assistant, prompt kwargs). Factories are called lazily."""
     import transformers
-    from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
 
     transformers.logging.set_verbosity_error()
 
@@ -171,7 +178,23 @@ def build_workloads(device, dtype):
         small = GPT2Config(n_positions=MAX_POSITIONS, n_layer=1, n_embd=32, n_head=2, vocab_size=1000)
         return model, finish(GPT2LMHeadModel(small)), decoder_prompt(model.config.vocab_size)
 
-    return {"draft": draft, "self": self_assist, "partial": partial, "encdec": encoder_decoder, "loop": loop}
+    def trained_pair():
+        # The byte-level pair of scripts/bench_train.py: a target and a draft distilled from its greedy outputs.
+        if not trained:
+            raise ValueError("the trained workload needs the directory of the trained models")
+        model = finish(AutoModelForCausalLM.from_pretrained(os.path.join(trained["dir"], "target")))
+        assistant = finish(AutoModelForCausalLM.from_pretrained(os.path.join(trained["dir"], "draft")))
+        input_ids = torch.tensor([trained["prompt"]], dtype=torch.long, device=device)
+        return model, assistant, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+    return {
+        "draft": draft,
+        "self": self_assist,
+        "partial": partial,
+        "encdec": encoder_decoder,
+        "loop": loop,
+        "trained": trained_pair,
+    }
 
 
 def checksum(*models):
@@ -197,6 +220,7 @@ class Worker:
         self.clock = Clock(self.device, self.clock_name)
         self.factories = None
         self.loaded = {}
+        self.trained = None
 
     def info(self):
         import transformers
@@ -217,7 +241,7 @@ class Worker:
     def workload(self, name):
         if name not in self.loaded:
             if self.factories is None:
-                self.factories = build_workloads(self.device, self.dtype)
+                self.factories = build_workloads(self.device, self.dtype, self.trained)
             target, assistant, prompt = self.factories[name]()
             self.clock.attach([target, assistant])
             for model in (target, assistant):
@@ -225,6 +249,27 @@ class Worker:
                     self.clock.attach([model.get_encoder()])
             self.loaded[name] = (target, assistant, prompt, checksum(target, assistant))
         return self.loaded[name]
+
+    def forward_costs(self, workload, calls=50):
+        """Time of one cached single-token forward of the target and of the assistant, after the prompt."""
+        target, assistant, prompt, _ = self.workload(workload)
+        costs = {}
+        with torch.no_grad():
+            for name, model in (("target", target), ("assistant", assistant)):
+                if model.config.is_encoder_decoder:
+                    continue
+                past = model(**prompt, use_cache=True).past_key_values
+                token = prompt["input_ids"][:, -1:]
+                mask = torch.ones_like(prompt["input_ids"][:, :1]).repeat(1, prompt["input_ids"].shape[1] + 1)
+                for _ in range(5):
+                    model(input_ids=token, attention_mask=mask, past_key_values=past, use_cache=True)
+                self.clock.sync()
+                start = self.clock.now()
+                for _ in range(calls):
+                    model(input_ids=token, attention_mask=mask, past_key_values=past, use_cache=True)
+                self.clock.sync()
+                costs[name] = (self.clock.now() - start) / calls
+        return {"forward_costs": costs}
 
     def run(self, workload, method, max_new_tokens, marks=()):
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
@@ -249,12 +294,19 @@ class Worker:
         )
         extra = {}
         if method == "assisted":
-            # The assistant's candidate-length heuristic persists on the model across calls: start every run afresh.
+            # Every version runs its own draft-length heuristic, from the same start (5 candidates), reset before every
+            # call: 4.31 keeps it on the assistant (`max_assistant_tokens`) across calls, 4.35+ start each call from
+            # the assistant's `generation_config.num_assistant_tokens` (an `assistant.num_assistant_tokens` attribute
+            # would override it).
             for name in ("max_assistant_tokens", "num_assistant_tokens"):
                 if name in assistant.__dict__:
                     delattr(assistant, name)
+            if hasattr(assistant.generation_config, "num_assistant_tokens"):
+                assistant.generation_config.num_assistant_tokens = INITIAL_DRAFT_LENGTH
+                assistant.generation_config.num_assistant_tokens_schedule = "heuristic"
             extra["assistant_model"] = assistant
         start_length = 1 if target.config.is_encoder_decoder else prompt["input_ids"].shape[1]
+        prompt_length = prompt["input_ids"].shape[1]
 
         clock.reset()
         with torch.no_grad():
@@ -262,9 +314,15 @@ class Worker:
             cpu_start = time.process_time()
             wall_start = time.perf_counter()
             start = clock.now()
-            output = target.generate(
-                **prompt, generation_config=config, stopping_criteria=StoppingCriteriaList([RoundEnd()]), **extra
-            )
+            try:
+                output = target.generate(
+                    **prompt, generation_config=config, stopping_criteria=StoppingCriteriaList([RoundEnd()]), **extra
+                )
+            except Exception as error:
+                # A version that cannot run this workload: the driver shows the error in its tables.
+                clock.depth = 0
+                kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
+                return {"workload": workload, "method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
             clock.sync()
             elapsed = clock.now() - start
             wall = time.perf_counter() - wall_start
@@ -293,9 +351,10 @@ class Worker:
             span = rounds[-1][0] - rounds[0][0]
             span_forward = rounds[-1][3] - rounds[0][3]
             overhead_per_round = (span - span_forward) / (len(rounds) - 1)
+            round_time = span / (len(rounds) - 1)
             loop_per_token = span / (rounds[-1][1] - rounds[0][1])
         else:
-            overhead_per_round = loop_per_token = float("nan")
+            overhead_per_round = loop_per_token = round_time = float("nan")
         # Time per token for a run of M new tokens (the prefix of this run: identical work), for each mark M.
         prefix = {}
         for mark in marks:
@@ -318,6 +377,7 @@ class Worker:
             "forward_calls": clock.forward_calls,
             "rounds": len(rounds),
             "overhead_per_round": overhead_per_round,
+            "round_time": round_time,
             # Everything outside the model forwards (set-up included), per generated token.
             "outside_per_token": (elapsed - clock.forward_time) / new_tokens,
             "forward_per_token": clock.forward_time / new_tokens,
@@ -325,6 +385,10 @@ class Worker:
             "proposed": proposed,
             "accepted": accepted,
             "prefix_per_token": prefix,
+            "prompt_length": prompt_length,
+            "first_round": rounds[0][0] - start,  # the prompt's round: time to the first token
+            # The trained pair speaks bytes: its continuation is worth reading.
+            "continuation": output[0, start_length:].tolist() if workload == "trained" else None,
             "output_sha": hashlib.sha256(output.cpu().numpy().tobytes()).hexdigest()[:16],
             "weights_sha": weights,
         }
@@ -344,7 +408,10 @@ def main():
             if command["op"] == "info":
                 answer = worker.info()
             elif command["op"] == "load":
+                worker.trained = command.get("trained")
                 answer = {"weights": {name: worker.workload(name)[3] for name in command["workloads"]}}
+            elif command["op"] == "costs":
+                answer = worker.forward_costs(command["workload"])
             elif command["op"] == "run":
                 answer = worker.run(
                     command["workload"], command["method"], command["max_new_tokens"], command.get("marks", ())
