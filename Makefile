@@ -30,7 +30,7 @@ help: ## list the targets
 ## ---- the series
 
 .PHONY: apply
-apply: ## build build/transformers: pristine v4.31.0 (SOURCE=auto|git|sdist|PATH) + patches/series
+apply: ## build build/transformers: pristine v4.31.0 (SOURCE=auto|git|ARCHIVE|DIR) + patches/series
 	$(PYTHON) scripts/apply.py --source "$(SOURCE)" $(if $(FORCE),--force)
 
 .PHONY: export
@@ -46,8 +46,8 @@ check-series: install ## check that every prefix of the series applies, imports 
 	$(VPY) scripts/check_series.py
 
 .PHONY: check-copies
-check-copies: install ## check every "# Copied from" block of build/transformers against its source
-	$(VPY) scripts/check_copies.py $(TREE)
+check-copies: $(LINT_VENV)/.requirements apply ## upstream's utils/check_copies.py: every "# Copied from" block matches
+	cd $(TREE) && PYTHONPATH=src TRANSFORMERS_NO_ADVISORY_WARNINGS=1 ../../$(LINT_VENV)/bin/python utils/check_copies.py
 
 ## ---- environments
 
@@ -79,9 +79,11 @@ stock: $(STOCK_VENV)/.requirements apply ## install stock transformers 4.31.0 (b
 		$(STOCK_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(STOCK_TREE); \
 	fi
 
-$(LINT_VENV)/.requirements: requirements-upstream-lint.txt
+# Upstream's pinned black and ruff, and its check_copies.py with transformers' run-time requirements (no torch).
+$(LINT_VENV)/.requirements: requirements-upstream-lint.txt requirements.txt
 	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
-	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-upstream-lint.txt
+	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-upstream-lint.txt \
+		-r <(sed -n '1,/\[end of run-time requirements\]/p' requirements.txt | grep -v '^torch==')
 	touch $@
 
 ## ---- tests
