@@ -42,8 +42,8 @@ codemod: ## re-run the prepare_inputs_for_generation codemod on build/transforme
 	$(PYTHON) scripts/codemod.py $(TREE)
 
 .PHONY: check-series
-check-series: install ## check that every prefix of the series applies, imports and passes the regression tests
-	$(VPY) scripts/check_series.py
+check-series: install $(LINT_VENV)/.requirements ## every prefix of the series applies, imports, passes the regression tests
+	$(VPY) scripts/check_series.py --copies-python $(LINT_VENV)/bin/python
 
 .PHONY: check-copies
 check-copies: $(LINT_VENV)/.requirements apply ## upstream's utils/check_copies.py: every "# Copied from" block matches
