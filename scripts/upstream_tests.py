@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"not in {tree}: {', '.join(missing)} (the tree must be the full v4.31.0 tree, with tests/)")
     known = read_known(args.known)
+    args.out = args.out.resolve()  # pytest runs inside the tree: a relative path would land there
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="upstream-tests-hf-") as home:
         env = pytest_env(tree, Path(home), args.slow)
