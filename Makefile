@@ -30,7 +30,7 @@ help: ## list the targets
 ## ---- the series
 
 .PHONY: apply
-apply: ## build build/transformers: pristine v4.31.0 (SOURCE=auto|git|sdist|PATH) + patches/series
+apply: ## build build/transformers: pristine v4.31.0 (SOURCE=auto|git|ARCHIVE|DIR) + patches/series
 	$(PYTHON) scripts/apply.py --source "$(SOURCE)" $(if $(FORCE),--force)
 
 .PHONY: export
@@ -42,18 +42,18 @@ codemod: ## re-run the prepare_inputs_for_generation codemod on build/transforme
 	$(PYTHON) scripts/codemod.py $(TREE)
 
 .PHONY: check-series
-check-series: install ## check that every prefix of the series applies, imports and passes the regression tests
-	$(VPY) scripts/check_series.py
+check-series: install $(LINT_VENV)/.requirements ## every prefix of the series applies, imports, passes the regression tests
+	$(VPY) scripts/check_series.py --copies-python $(LINT_VENV)/bin/python
 
 .PHONY: check-copies
-check-copies: install ## check every "# Copied from" block of build/transformers against its source
-	$(VPY) scripts/check_copies.py $(TREE)
+check-copies: $(LINT_VENV)/.requirements apply ## upstream's utils/check_copies.py: every "# Copied from" block matches
+	cd $(TREE) && PYTHONPATH=src TRANSFORMERS_NO_ADVISORY_WARNINGS=1 ../../$(LINT_VENV)/bin/python utils/check_copies.py
 
 ## ---- environments
 
-$(VENV)/.requirements: requirements.txt
+$(VENV)/.requirements: requirements.txt requirements-upstream-tests.txt
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-upstream-tests.txt
 	touch $@
 
 .PHONY: venv
@@ -79,9 +79,11 @@ stock: $(STOCK_VENV)/.requirements apply ## install stock transformers 4.31.0 (b
 		$(STOCK_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(STOCK_TREE); \
 	fi
 
-$(LINT_VENV)/.requirements: requirements-upstream-lint.txt
+# Upstream's pinned black and ruff, and its check_copies.py with transformers' run-time requirements (no torch).
+$(LINT_VENV)/.requirements: requirements-upstream-lint.txt requirements.txt
 	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
-	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-upstream-lint.txt
+	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-upstream-lint.txt \
+		-r <(sed -n '1,/\[end of run-time requirements\]/p' requirements.txt | grep -v '^torch==')
 	touch $@
 
 ## ---- tests
@@ -94,9 +96,24 @@ test: install lint check-copies check-series test-upstream test-publish ## every
 test-publish: install ## publish the fork to a local bare repo, pip install it from git in a fresh venv, run #25020
 	TRANSFORMERS_TREE=$(TREE) $(VPY) -m pytest -q -p no:cacheprovider -m slow tests/tools/test_publish.py
 
+# Upstream's repository checks that run offline and pass on the pristine tree (see docs/working-on-the-series.md
+# for the ones left out); check_copies.py is `make check-copies`.
+UPSTREAM_CHECKS := check_dummies.py check_inits.py check_repo.py check_config_docstrings.py \
+	check_config_attributes.py check_doctest_list.py check_table.py check_task_guides.py check_doc_toc.py \
+	"update_metadata.py --check-only" "custom_init_isort.py --check_only" "sort_auto_mappings.py --check_only"
+
 .PHONY: test-upstream
-test-upstream: install ## the upstream-style test module the series adds to the transformers tree
-	cd $(TREE) && ../../$(VPY) -m pytest -q -p no:cacheprovider tests/generation
+test-upstream: install ## upstream's repo checks and generation tests in the fork, failures held against a reviewed list
+	@cd $(TREE) && for check in $(UPSTREAM_CHECKS); do \
+		echo "utils/$$check"; \
+		HF_HUB_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1 ../../$(VPY) utils/$$check \
+			|| { echo "test-upstream: utils/$$check FAILED"; exit 1; }; \
+	done
+	@# Both runs report, then the target fails if either found an unexpected failure.
+	status=0; \
+	$(VPY) scripts/upstream_tests.py -n $(JOBS) || status=1; \
+	$(VPY) scripts/upstream_tests.py -n $(JOBS) -k assisted --slow --out build/upstream-tests/assisted || status=1; \
+	exit $$status
 
 .PHONY: test-stock
 test-stock: stock ## the same suite against stock 4.31.0: it must fail and show the bug

@@ -1,13 +1,17 @@
-"""Build `build/transformers`: the pristine transformers v4.31.0 source, then the series applied with `git am`.
+"""Build `build/transformers`: the pristine transformers v4.31.0 tree, then the series applied with `git am`.
 
-usage: python scripts/apply.py [--source auto|git|sdist|PATH] [--force]
+usage: python scripts/apply.py [--source auto|git|ARCHIVE|DIRECTORY] [--force]
 
+The base is the release's full tree (src/, tests/, utils/, ...), because the series patches upstream's tests too.
 Sources (`--source`, `SOURCE=` in the Makefile):
-  git    shallow clone of tag v4.31.0 from the upstream repository, checked against the pinned commit
-  sdist  `pip download` of the transformers 4.31.0 source distribution, checked against the pinned sha256
-  PATH   an existing checkout of v4.31.0 (a git clone at the pinned commit, or an unpacked source tree)
-  auto   git, falling back to sdist (the default)
-Downloads are kept under build/cache/, so a second run needs no network.
+  git        shallow clone of tag v4.31.0 from the upstream repository, checked against the pinned commit
+  ARCHIVE    a path to transformers-v4.31.0-full.tar.gz, checked against the pinned sha256 before it is unpacked,
+             then kept in build/cache/
+  DIRECTORY  a git clone at the pinned commit, or an unpacked full tree: its files (as `git add --all` sees them,
+             the tree's .gitignore applying) must have the pinned git tree id
+  auto       git, then the archive in build/cache/, then the one in ../shared/upstream/ (the default)
+The PyPI source distribution is no source any more: it lacks tests/ and utils/. Downloads are kept under
+build/cache/, so a second run needs no network.
 
 When the build tree already holds pristine + series, nothing is done. When patches/ changed, the tree is rebuilt
 from the pristine commit. A tree with uncommitted edits, or with commits that patches/ does not have, is refused
@@ -29,12 +33,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from series import (  # noqa: E402
+    ARCHIVE_NAME,
+    ARCHIVE_SHA256,
     CACHE,
+    KNOWN_ARCHIVES,
     PATCHES,
     PINNED_COMMIT,
     PRISTINE_DATE,
     PRISTINE_TAG,
-    SDIST_NAME,
+    RELEASE_TREE_ID,
     SDIST_SHA256,
     TREE,
     UPSTREAM_TAG,
@@ -53,8 +60,11 @@ from series import (  # noqa: E402
 
 APPLYING = "applying"
 SOURCE_HELP = (
-    "choose one with SOURCE=git (clone the tag), SOURCE=sdist (PyPI source distribution) or SOURCE=/path/to/checkout"
+    f"choose one with SOURCE=git (clone the tag), SOURCE=/path/to/{ARCHIVE_NAME} (the release's full tree as an "
+    "archive) or SOURCE=/path/to/checkout (a clone of the tag, or the unpacked full tree)"
 )
+# Never part of the pristine commit, whatever the source: what builds and test runs leave in a tree.
+IGNORED = ("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
 
 
 def sha256(path: Path) -> str:
@@ -77,35 +87,35 @@ def unpack_tar(archive, destination: Path) -> None:
         top.rmdir()
 
 
-def fetch_sdist(cache: Path, workdir: Path) -> Path:
-    archive = cache / SDIST_NAME
-    if not archive.exists():
-        download = cache / "download.tmp"
-        shutil.rmtree(download, ignore_errors=True)
-        download.mkdir(parents=True)
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet"]
-        result = subprocess.run(
-            [*command, f"transformers=={VERSION}", "-d", str(download)], capture_output=True, text=True
-        )
-        files = list(download.glob("*.tar.gz"))
-        if result.returncode != 0 or len(files) != 1:
-            reason = (result.stderr.strip().splitlines() or ["no file was downloaded"])[-1]
-            shutil.rmtree(download, ignore_errors=True)
-            raise SeriesError(f"pip could not download the transformers {VERSION} source distribution ({reason})")
-        files[0].rename(archive)
-        shutil.rmtree(download, ignore_errors=True)
+def fetch_archive(archive: Path, cache: Path, workdir: Path) -> Path:
+    """Check the archive against the pinned sha256, keep a copy in the cache, then unpack it (never before)."""
+    if not archive.is_file():
+        raise SeriesError(f"{archive} does not exist; {SOURCE_HELP}")
     actual = sha256(archive)
-    if actual != SDIST_SHA256:
-        rejected = archive.with_name(archive.name + ".rejected")
-        archive.rename(rejected)
-        raise SeriesError(
-            f"{SDIST_NAME} does not have the pinned sha256: expected {SDIST_SHA256}, got {actual}. Nothing was "
-            f"unpacked; the file was moved to {rejected} (delete it to download again)."
+    if actual != ARCHIVE_SHA256:
+        what = (
+            "the PyPI source distribution, which has no tests/ and no utils/ (the series patches upstream's tests)"
+            if actual == SDIST_SHA256
+            else f"not the pinned {ARCHIVE_NAME}: expected sha256 {ARCHIVE_SHA256}, got {actual}"
         )
+        raise SeriesError(f"{archive} is {what}. Nothing was unpacked; {SOURCE_HELP}")
+    cached = cache / ARCHIVE_NAME
+    if archive.resolve() != cached.resolve():
+        partial = cache / (ARCHIVE_NAME + ".tmp")
+        shutil.copyfile(archive, partial)
+        partial.rename(cached)
     source = workdir / "source"
     source.mkdir()
     unpack_tar(archive, source)
     return source
+
+
+def find_archive(cache: Path, known: tuple[Path, ...]) -> Path | None:
+    """The full-tree archive in the cache, or at a known place beside this repository."""
+    for candidate in (cache / ARCHIVE_NAME, *known):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def fetch_git(cache: Path, workdir: Path, url: str, pinned: str) -> Path:
@@ -153,7 +163,7 @@ def export_git_commit(repository: Path, revision: str, workdir: Path) -> Path:
 
 def fetch_local(path: Path, workdir: Path, pinned: str) -> Path:
     if not path.is_dir():
-        raise SeriesError(f"SOURCE={path} is neither auto, git, sdist nor an existing directory; {SOURCE_HELP}")
+        raise SeriesError(f"SOURCE={path} is neither auto, git, an archive nor an existing directory; {SOURCE_HELP}")
     if (path / ".git").exists():
         commit = git("rev-parse", "HEAD", cwd=path).stdout.strip()
         if commit != pinned:
@@ -164,36 +174,63 @@ def fetch_local(path: Path, workdir: Path, pinned: str) -> Path:
     init = path / "src" / "transformers" / "__init__.py"
     if not init.exists() or f'__version__ = "{VERSION}"' not in init.read_text():
         raise SeriesError(f"{path} does not look like the transformers {VERSION} source (checked {init})")
+    missing = [name for name in ("tests", "utils") if not (path / name).is_dir()]
+    if missing:
+        raise SeriesError(
+            f"{path} has no {' and no '.join(f'{name}/' for name in missing)}: it is the PyPI source distribution "
+            f"or a partial tree, but the series patches upstream's tests; use the full v{VERSION} tree"
+        )
     source = workdir / "source"
-    shutil.copytree(path, source, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info"))
+    shutil.copytree(path, source, symlinks=True, ignore=shutil.ignore_patterns(".git", *IGNORED))
     return source
 
 
-def obtain_source(kind: str, cache: Path, workdir: Path, url: str, pinned: str) -> tuple[Path, str]:
+def obtain_source(
+    kind: str, cache: Path, workdir: Path, url: str, pinned: str, known: tuple[Path, ...] = KNOWN_ARCHIVES
+) -> tuple[Path, str, bool]:
+    """(unpacked source, where it came from, whether its files still have to be checked against the release)."""
     cache.mkdir(parents=True, exist_ok=True)
     if kind == "git":
-        return fetch_git(cache, workdir, url, pinned), f"git tag {UPSTREAM_TAG} ({pinned})"
+        return fetch_git(cache, workdir, url, pinned), f"git tag {UPSTREAM_TAG} ({pinned})", False
     if kind == "sdist":
-        return fetch_sdist(cache, workdir), f"{SDIST_NAME} (sha256 {SDIST_SHA256})"
+        raise SeriesError(
+            f"SOURCE=sdist is gone: the PyPI source distribution has no tests/ and no utils/, and the series patches "
+            f"upstream's tests; {SOURCE_HELP}"
+        )
     if kind != "auto":
-        return fetch_local(Path(kind).expanduser().resolve(), workdir, pinned), f"local checkout {kind}"
+        path = Path(kind).expanduser().resolve()
+        if path.is_file():
+            return fetch_archive(path, cache, workdir), f"{ARCHIVE_NAME} (sha256 {ARCHIVE_SHA256})", True
+        clone = (path / ".git").exists()
+        origin = f"local checkout {kind} ({pinned})" if clone else f"local tree {kind}"
+        return fetch_local(path, workdir, pinned), origin, not clone
     try:
         return obtain_source("git", cache, workdir, url, pinned)
     except SeriesError as git_error:
-        print(f"notice: {git_error}; using the PyPI source distribution instead")
-        try:
-            return obtain_source("sdist", cache, workdir, url, pinned)
-        except SeriesError as sdist_error:
+        archive = find_archive(cache, known)
+        if archive is None:
             raise SeriesError(
-                f"could not get the transformers v{VERSION} source.\n  git: {git_error}\n  sdist: {sdist_error}\n"
-                f"With no network and nothing in {cache}, {SOURCE_HELP}."
+                f"could not get the transformers v{VERSION} source.\n  git: {git_error}\n  archive: no {ARCHIVE_NAME} "
+                f"in {cache} or at {', '.join(map(str, known))}\nWith no network, {SOURCE_HELP}."
             ) from None
+        print(f"notice: {git_error}; using {archive} instead")
+        return obtain_source(str(archive), cache, workdir, url, pinned)
 
 
-def create_pristine(source: Path, tree: Path, origin: str) -> None:
-    """Turn the unpacked source into a repository whose root commit is the pristine source, and move it in place."""
+def create_pristine(source: Path, tree: Path, origin: str, check_tree: bool) -> None:
+    """Turn the unpacked source into a repository whose root commit is the pristine source, and move it in place.
+
+    With check_tree (every source but the pinned git commit, which is checked by its hash), the files must make
+    exactly the release's git tree: nothing missing, changed or added.
+    """
     git("init", "--quiet", "--initial-branch", "main", cwd=source)
     git("add", "--all", cwd=source)
+    tree_id = git("write-tree", cwd=source).stdout.strip()
+    if check_tree and tree_id != RELEASE_TREE_ID:
+        raise SeriesError(
+            f"the files of {origin} are not the v{VERSION} release's tree (git tree id {tree_id}, expected "
+            f"{RELEASE_TREE_ID}): files were changed, added or removed. Nothing was built; {SOURCE_HELP}"
+        )
     dates = {"GIT_AUTHOR_DATE": PRISTINE_DATE, "GIT_COMMITTER_DATE": PRISTINE_DATE}
     git(
         "commit",
@@ -243,13 +280,14 @@ def recover_interrupted(tree: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default=os.environ.get("SOURCE") or "auto", help="auto, git, sdist or a path")
+    parser.add_argument("--source", default=os.environ.get("SOURCE") or "auto", help="auto, git or a path")
     parser.add_argument("--force", action="store_true", help="rebuild even if that discards work in the tree")
     parser.add_argument("--tree", type=Path, default=TREE, help=argparse.SUPPRESS)
     parser.add_argument("--patches", type=Path, default=PATCHES, help=argparse.SUPPRESS)
     parser.add_argument("--cache", type=Path, default=CACHE, help=argparse.SUPPRESS)
     parser.add_argument("--git-url", default=UPSTREAM_URL, help="upstream repository (a mirror, say)")
     parser.add_argument("--pinned-commit", default=PINNED_COMMIT, help=argparse.SUPPRESS)
+    parser.add_argument("--known-archive", type=Path, action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     tree = args.tree.resolve()
 
@@ -281,10 +319,15 @@ def main(argv: list[str] | None = None) -> None:
             if tree.exists():
                 tree.rmdir()
             with tempfile.TemporaryDirectory(dir=tree.parent, prefix=".source-") as workdir:
-                source, origin = obtain_source(
-                    args.source, args.cache.resolve(), Path(workdir), args.git_url, args.pinned_commit
+                source, origin, check_tree = obtain_source(
+                    args.source,
+                    args.cache.resolve(),
+                    Path(workdir),
+                    args.git_url,
+                    args.pinned_commit,
+                    tuple(args.known_archive or KNOWN_ARCHIVES),
                 )
-                create_pristine(source, tree, origin)
+                create_pristine(source, tree, origin, check_tree)
             print(f"created {tree} from {origin}")
         apply_series(tree, args.patches)
     except SeriesError as error:

@@ -13,7 +13,14 @@ tag `upstream-v4.31.0`, the script
    A patch can only change the behaviour of the files it touches, so when it only touches model files
    (src/transformers/models/...) the run is restricted with `-k` to the model classes those files define; a patch
    touching anything else (generation/utils.py, modeling_utils.py, ...) runs the whole regression part.
-   `--full` runs the whole regression part at every prefix.
+   `--full` runs the whole regression part at every prefix;
+4. runs upstream's assisted-generation tests (`-k assisted`, RUN_SLOW=1, through scripts/upstream_tests.py: known
+   failures and flaky tests as there) of the models the patch touches (tests/models/<model>/test_modeling_<model>.py
+   for each src/transformers/models/<model>/modeling_<model>.py), and the upstream test files the patch touches; a
+   patch touching shared code runs tests/generation's (`make test-upstream` runs every model's at the tip of the
+   series; `--full` runs every model's at every prefix; `--no-upstream-tests` skips this step);
+5. with `--copies-python PY` (an interpreter with upstream's black 23.1.0 and hf-doc-builder, build/lint-venv),
+   runs upstream's utils/check_copies.py in the prefix, alongside the tests: every `# Copied from` block matches.
 
 It prints one line per prefix and exits 0 when every prefix is fine; otherwise it stops at the first broken
 prefix (with `--keep-going`, after an import or test failure, it checks the later prefixes too), prints what broke,
@@ -143,6 +150,55 @@ def run_prefix(
     return "tests", output
 
 
+def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool) -> list[str]:
+    """Upstream's test files that cover what the patch touches: the touched models' tests and touched test files;
+    for shared code tests/generation, and with `full` every model's tests as well."""
+    if full:
+        models = sorted(
+            str(path.relative_to(clone)) for path in (clone / "tests" / "models").glob("*/test_modeling_*.py")
+        )
+        return [path for path in models if not any(marker in path for marker in NOT_IMPORTABLE)] + ["tests/generation"]
+    paths = ["tests/generation"] if shared else []
+    for path in files:
+        parts = path.split("/")
+        if parts[0] == "tests" and parts[-1].startswith("test_") and path.endswith(".py"):
+            paths.append(path)
+        elif len(parts) == 5 and parts[:3] == ["src", "transformers", "models"] and parts[4].startswith("modeling_"):
+            test = f"tests/models/{parts[3]}/test_{parts[4]}"
+            if not any(marker in parts[4] for marker in NOT_IMPORTABLE):
+                paths.append(test)
+    return sorted({path for path in paths if (clone / path).exists()})
+
+
+def run_upstream_tests(clone: Path, python: str, paths: list[str], timeout: int) -> tuple[str, str]:
+    """('OK' | 'upstream' | 'timeout', output) of upstream's assisted tests in these paths of the clone."""
+    if not paths:
+        return "OK", "upstream_tests: no upstream test file covers the patch"
+    command = [python, str(REPO / "scripts" / "upstream_tests.py"), "--tree", str(clone), "-k", "assisted", "--slow"]
+    # Two xdist workers each import torch and collect every path: worth it only for more than a few test files.
+    jobs = "2" if len(paths) > 4 else "1"
+    command += ["--python", python, "--out", str(clone.parent / "upstream-tests"), "-n", jobs, *paths]
+    try:
+        process = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        return "timeout", str(error)
+    return ("OK" if process.returncode == 0 else "upstream"), process.stdout + process.stderr
+
+
+def start_copies_check(clone: Path, python: str | None) -> subprocess.Popen | None:
+    if python is None:
+        return None
+    env = dict(os.environ, PYTHONPATH=str(clone / "src"), TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
+    return subprocess.Popen(
+        [os.path.abspath(python), "utils/check_copies.py"],
+        cwd=clone,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def tail(text: str, lines: int = 25) -> str:
     return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
 
@@ -161,8 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patches", type=Path, default=REPO / "patches", help="folder with series and *.patch")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs the imports and tests")
     parser.add_argument("--tests", nargs="+", default=list(REGRESSION_TESTS), help="regression test files")
-    parser.add_argument("--full", action="store_true", help="run the whole regression part at every prefix")
+    parser.add_argument(
+        "--full", action="store_true", help="run the whole regression part and every upstream assisted test per prefix"
+    )
     parser.add_argument("--no-tests", action="store_true", help="only apply and import every prefix")
+    parser.add_argument("--no-upstream-tests", action="store_true", help="skip upstream's assisted tests per prefix")
+    parser.add_argument(
+        "--copies-python", help="run upstream's utils/check_copies.py per prefix with this interpreter"
+    )
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed to one prefix's tests")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone and print where it is")
     parser.add_argument(
@@ -204,23 +266,39 @@ def main(argv: list[str] | None = None) -> int:
                 git(clone, "am", "--abort", check=False)
                 print(f"{label}: BROKEN: patch {k} ({name}) does not apply\n{tail(applied.stdout + applied.stderr)}")
                 return fail(k, name, started)
-            modules, classes = scope_of(clone, touched_files(clone))
+            files = touched_files(clone)
+            modules, classes = scope_of(clone, files)
+            upstream_paths = upstream_test_paths(clone, files, shared=classes is None, full=args.full)
             if args.full:
                 classes = None
             tick = time.monotonic()
             if args.no_tests:
                 classes = []
+            copies = start_copies_check(clone, args.copies_python)
             verdict, output = run_prefix(clone, args.python, args.tests, modules, classes, args.timeout)
             scope = "all" if classes is None else (f"{len(classes)} classes" if classes else "none")
+            upstream = ""
+            if verdict == "OK" and not (args.no_tests or args.no_upstream_tests):
+                verdict, upstream_output = run_upstream_tests(clone, args.python, upstream_paths, args.timeout)
+                last = upstream_output.strip().splitlines()[-1] if upstream_output.strip() else "-"
+                upstream = "; upstream -k assisted: " + last.split(": ", 1)[-1].split(" (junit xml")[0]
+                output = upstream_output if verdict != "OK" else output
+            if copies is not None:
+                copies_output = copies.communicate()[0]
+                if copies.returncode and verdict == "OK":
+                    verdict, output = "copies", copies_output
+                upstream += "; check_copies: " + ("OK" if copies.returncode == 0 else "FAILED")
             seconds = f"{time.monotonic() - tick:.0f}s"
             if verdict == "OK":
                 tests = summary_line(output) or ("no test selected" if classes != [] else "not run")
-                print(f"{label}: OK (imports {len(modules)} modules; tests [{scope}]: {tests}; {seconds})")
+                print(f"{label}: OK (imports {len(modules)} modules; tests [{scope}]: {tests}{upstream}; {seconds})")
                 continue
             what = {
                 "import": "an import fails",
                 "tests": f"the regression tests fail (scope: {scope})",
-                "timeout": f"the regression tests ran past {args.timeout}s",
+                "timeout": f"the tests ran past {args.timeout}s",
+                "upstream": f"upstream's assisted tests fail ({len(upstream_paths)} test paths)",
+                "copies": "upstream's utils/check_copies.py finds copies that differ from their source",
             }[verdict]
             print(f"{label}: BROKEN: prefix {k} ({name}): {what}\n{tail(output, 40)}")
             if not args.keep_going:

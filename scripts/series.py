@@ -24,8 +24,16 @@ UPSTREAM_TAG = "v4.31.0"
 UPSTREAM_URL = "https://github.com/huggingface/transformers.git"
 # The commit the upstream tag v4.31.0 points to.
 PINNED_COMMIT = "e42587f596181396e1c4b63660abf0c736b10dae"
-# sha256 of transformers-4.31.0.tar.gz, the source distribution published for v4.31.0.
-SDIST_NAME = f"transformers-{VERSION}.tar.gz"
+# The full source tree of the release (src/, tests/, utils/, ...) as an archive, for machines without the upstream
+# repository: its sha256, and where a checkout of this repository finds it when nothing is cached.
+ARCHIVE_NAME = f"transformers-{UPSTREAM_TAG}-full.tar.gz"
+ARCHIVE_SHA256 = "8f6a0adcead1227c491b150903d0cfc0824d189f12b35994b2500e0fc42f4f64"
+KNOWN_ARCHIVES = (REPO.parent / "shared" / "upstream" / ARCHIVE_NAME,)
+# The git tree id of the release's files as `git add --all` records them (the tree's own .gitignore applies): the
+# pristine commit made from the archive or from an unpacked tree must have exactly this tree.
+RELEASE_TREE_ID = "49f55633461862377a4a0120d745a181e88d4664"
+# sha256 of transformers-4.31.0.tar.gz, the PyPI source distribution: no longer a source (it has no tests/ and no
+# utils/, which the series patches and runs), only recognised to say so.
 SDIST_SHA256 = "4302fba920a1c24d3a429a29efff6a63eac03f3f3cf55b55927fc795d01cb273"
 
 PRISTINE_TAG = f"upstream-{UPSTREAM_TAG}"

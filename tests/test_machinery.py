@@ -1,7 +1,8 @@
 """The machinery around the series: `make apply` (scripts/apply.py), `make export` and `make wheel`.
 
-Every test works on its own copies under tmp_path; the real build tree is only read. The source distribution comes
-from build/cache/, where `make apply` left it, so nothing here needs the network.
+Every test works on its own copies under tmp_path; the real build tree is only read. The source is the release's
+full tree as an archive, from build/cache/ (where `make apply` keeps it) or from its known place beside the
+repository, so nothing here needs the network.
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from series import PINNED_COMMIT, PRISTINE_TAG, SDIST_NAME, SDIST_SHA256, STAMP  # noqa: E402
+from series import (  # noqa: E402
+    ARCHIVE_NAME,
+    ARCHIVE_SHA256,
+    KNOWN_ARCHIVES,
+    PINNED_COMMIT,
+    PRISTINE_TAG,
+    RELEASE_TREE_ID,
+    STAMP,
+)
 
-SDIST = REPO / "build" / "cache" / SDIST_NAME
 UTILS = "src/transformers/generation/utils.py"
 IDENTITY = ["-c", "user.name=Test", "-c", "user.email=test@example.invalid"]
 # pip must not reach any index in these tests: no configuration, no index, no local wheel folders.
 OFFLINE_PIP = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
+SOURCE_OPTIONS = ("SOURCE=git", f"SOURCE=/path/to/{ARCHIVE_NAME}", "SOURCE=/path/to/checkout")
 
 
 def run(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -52,8 +61,10 @@ class Workspace:
         self.cache.mkdir()
         self.patches.mkdir()
 
-    def apply(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    def apply(self, *args: str, env: dict | None = None, known: Path | None = None) -> subprocess.CompletedProcess:
+        """apply.py on this workspace; the known archive place is `known` (default: a path that does not exist)."""
         paths = ["--tree", str(self.tree), "--patches", str(self.patches), "--cache", str(self.cache)]
+        paths += ["--known-archive", str(known or self.root / "nowhere" / ARCHIVE_NAME)]
         return run("apply.py", *paths, *args, env=env)
 
     def export(self) -> subprocess.CompletedProcess:
@@ -71,26 +82,25 @@ class Workspace:
 
 
 @pytest.fixture(scope="session")
-def sdist() -> Path:
-    if not SDIST.exists():
-        pytest.fail(f"{SDIST} is missing: run `make apply` (it downloads and caches the source distribution)")
-    return SDIST
+def archive() -> Path:
+    for candidate in (REPO / "build" / "cache" / ARCHIVE_NAME, *KNOWN_ARCHIVES):
+        if candidate.is_file():
+            return candidate
+    pytest.fail(f"no {ARCHIVE_NAME} in build/cache/ or at {KNOWN_ARCHIVES}: run `make apply SOURCE=/path/to/it`")
 
 
 @pytest.fixture(scope="session")
-def pristine(tmp_path_factory, sdist) -> Path:
-    """One build tree made by apply.py from the cached sdist, with no patches; tests clone it."""
+def pristine(tmp_path_factory, archive) -> Path:
+    """One build tree made by apply.py from the archive, with no patches; tests clone it."""
     workspace = Workspace(tmp_path_factory.mktemp("pristine"))
-    shutil.copy(sdist, workspace.cache)
-    result = workspace.apply("--source", "sdist")
+    result = workspace.apply("--source", str(archive))
     assert result.returncode == 0, result.stderr
     return workspace.tree
 
 
 @pytest.fixture
-def workspace(tmp_path, sdist, pristine) -> Workspace:
+def workspace(tmp_path, pristine) -> Workspace:
     workspace = Workspace(tmp_path)
-    shutil.copy(sdist, workspace.cache)
     subprocess.run(["git", "clone", "-q", str(pristine), str(workspace.tree)], check=True)
     git(workspace.tree, "fetch", "-q", "--tags", str(pristine))
     return workspace
@@ -105,59 +115,93 @@ def two_patches(workspace) -> Workspace:
     return workspace
 
 
-def test_sdist_is_hash_checked_and_cached(tmp_path, sdist):
+def test_archive_is_hash_checked_cached_and_gives_the_release_tree(tmp_path, archive):
     workspace = Workspace(tmp_path)
-    shutil.copy(sdist, workspace.cache)
-    result = workspace.apply("--source", "sdist", env=OFFLINE_PIP)
+    result = workspace.apply("--source", str(archive))
     assert result.returncode == 0, result.stderr
-    assert f"sha256 {SDIST_SHA256}" in result.stdout
-    assert (
-        git(workspace.tree, "rev-list", "--max-parents=0", "HEAD").strip()
-        == git(workspace.tree, "rev-parse", f"{PRISTINE_TAG}^{{commit}}").strip()
-    )
+    assert f"sha256 {ARCHIVE_SHA256}" in result.stdout
+    assert (workspace.cache / ARCHIVE_NAME).read_bytes() == archive.read_bytes()
+    root = git(workspace.tree, "rev-list", "--max-parents=0", "HEAD").strip()
+    assert root == git(workspace.tree, "rev-parse", f"{PRISTINE_TAG}^{{commit}}").strip()
+    assert git(workspace.tree, "rev-parse", f"{PRISTINE_TAG}^{{tree}}").strip() == RELEASE_TREE_ID
+    files = git(workspace.tree, "ls-tree", "-r", "--name-only", PRISTINE_TAG).splitlines()
+    for needed in (
+        "tests/generation/test_utils.py",
+        "utils/check_copies.py",
+        "setup.py",
+        "src/transformers/__init__.py",
+    ):
+        assert needed in files
+    assert not [name for name in files if "egg-info" in name or name.endswith("PKG-INFO")]
 
 
 @pytest.mark.parametrize("damage", ["tampered", "truncated"])
-def test_bad_sdist_is_refused_and_nothing_is_unpacked(tmp_path, sdist, damage):
+def test_bad_archive_is_refused_and_nothing_is_unpacked(tmp_path, archive, damage):
     workspace = Workspace(tmp_path)
-    data = sdist.read_bytes()
+    data = archive.read_bytes()
     data = data[:-1] + bytes([data[-1] ^ 1]) if damage == "tampered" else data[: len(data) // 2]
-    (workspace.cache / SDIST_NAME).write_bytes(data)
-    result = workspace.apply("--source", "sdist", env=OFFLINE_PIP)
+    bad = tmp_path / ARCHIVE_NAME
+    bad.write_bytes(data)
+    result = workspace.apply("--source", str(bad))
     assert result.returncode == 1
-    assert "does not have the pinned sha256" in result.stderr
-    assert SDIST_SHA256 in result.stderr
+    assert "is not the pinned" in result.stderr and ARCHIVE_SHA256 in result.stderr
+    assert "Nothing was unpacked" in result.stderr
     assert not workspace.tree.exists()
+    assert not (workspace.cache / ARCHIVE_NAME).exists()
     assert not any(path.name.startswith(".source-") for path in tmp_path.iterdir())
 
 
-def test_no_network_and_no_cache_lists_the_sources(tmp_path):
+def test_the_source_distribution_is_refused_with_the_reason(tmp_path):
+    workspace = Workspace(tmp_path)
+    result = workspace.apply("--source", "sdist")
+    assert result.returncode == 1
+    assert "no tests/ and no utils/" in result.stderr
+    for option in SOURCE_OPTIONS:
+        assert option in result.stderr
+    partial = tmp_path / "transformers-4.31.0"  # what the sdist unpacks to: src/ without tests/ and utils/
+    (partial / "src" / "transformers").mkdir(parents=True)
+    (partial / "src" / "transformers" / "__init__.py").write_text('__version__ = "4.31.0"\n')
+    result = workspace.apply("--source", str(partial))
+    assert result.returncode == 1
+    assert "has no tests/ and no utils/" in result.stderr
+    assert not workspace.tree.exists()
+
+
+def test_no_network_and_no_archive_lists_the_sources(tmp_path):
     workspace = Workspace(tmp_path)
     missing = tmp_path / "no-such-repository.git"
     result = workspace.apply("--source", "auto", "--git-url", str(missing), env=OFFLINE_PIP)
     assert result.returncode == 1
-    assert "notice:" in result.stdout and "source distribution instead" in result.stdout
     assert "could not get the transformers v4.31.0 source" in result.stderr
-    for option in ("SOURCE=git", "SOURCE=sdist", "SOURCE=/path/to/checkout"):
+    assert f"no {ARCHIVE_NAME}" in result.stderr
+    for option in SOURCE_OPTIONS:
         assert option in result.stderr
     assert not workspace.tree.exists()
 
 
-def test_auto_falls_back_to_the_cached_sdist(tmp_path, sdist):
+@pytest.mark.parametrize("where", ["cache", "known place"])
+def test_auto_falls_back_to_the_archive(tmp_path, archive, where):
     workspace = Workspace(tmp_path)
-    shutil.copy(sdist, workspace.cache)
-    result = workspace.apply("--git-url", str(tmp_path / "unreachable.git"), env=OFFLINE_PIP)
+    known = None
+    if where == "cache":
+        shutil.copy(archive, workspace.cache)
+    else:
+        known = tmp_path / "shared" / ARCHIVE_NAME
+        known.parent.mkdir()
+        shutil.copy(archive, known)
+    result = workspace.apply("--git-url", str(tmp_path / "unreachable.git"), known=known)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("notice:") == 1
+    assert result.stdout.count("notice:") == 1 and ARCHIVE_NAME in result.stdout
     assert "created" in result.stdout
+    assert (workspace.cache / ARCHIVE_NAME).is_file()
 
 
 @pytest.fixture
-def upstream_repo(tmp_path, sdist) -> tuple[Path, str]:
-    """A local repository standing in for upstream: the sdist's files committed and tagged v4.31.0."""
+def upstream_repo(tmp_path, archive) -> tuple[Path, str]:
+    """A local repository standing in for upstream: the archive's files committed and tagged v4.31.0."""
     repo = tmp_path / "upstream"
     repo.mkdir()
-    with tarfile.open(sdist) as tar:
+    with tarfile.open(archive) as tar:
         tar.extractall(repo, filter="data")
     (top,) = repo.iterdir()
     git(top, "init", "-q")
@@ -213,18 +257,48 @@ def test_git_source_builds_from_the_pinned_tag_and_caches_the_clone(workspace, u
     assert git(tree, "rev-parse", "HEAD") == git(workspace.root / "again", "rev-parse", "HEAD")
 
 
-def test_local_checkout_source(workspace, upstream_repo):
+def test_local_checkout_and_unpacked_tree_sources(workspace, upstream_repo):
     repo, commit = upstream_repo
-    tree = workspace.root / "from-checkout"
-    base = ["--cache", str(workspace.cache), "--patches", str(workspace.patches), "--tree", str(tree)]
-    wrong = run("apply.py", "--source", str(repo), *base)
+    base = ["--cache", str(workspace.cache), "--patches", str(workspace.patches)]
+    wrong = run("apply.py", "--source", str(repo), *base, "--tree", str(workspace.root / "wrong"))
     assert wrong.returncode == 1
     assert commit in wrong.stderr and PINNED_COMMIT in wrong.stderr
-    right = run("apply.py", "--source", str(repo), "--pinned-commit", commit, *base)
+    tree = workspace.root / "from-checkout"
+    right = run("apply.py", "--source", str(repo), "--pinned-commit", commit, *base, "--tree", str(tree))
     assert right.returncode == 0, right.stderr
-    shutil.rmtree(repo / ".git")  # an unpacked source tree, not a clone
-    plain = run("apply.py", "--source", str(repo), *base[:-1], str(workspace.root / "from-folder"))
+    shutil.rmtree(repo / ".git")  # an unpacked tree, not a clone: its files are checked against the release's tree
+    (repo / "src" / "transformers" / "__pycache__").mkdir(exist_ok=True)  # what a run leaves is not part of it
+    (repo / "src" / "transformers" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
+    plain = run("apply.py", "--source", str(repo), *base, "--tree", str(workspace.root / "from-folder"))
     assert plain.returncode == 0, plain.stderr
+    assert git(workspace.root / "from-folder", "rev-parse", f"{PRISTINE_TAG}^{{tree}}").strip() == RELEASE_TREE_ID
+    readme = repo / "README.md"
+    readme.write_text(readme.read_text() + "changed\n")
+    changed = run("apply.py", "--source", str(repo), *base, "--tree", str(workspace.root / "changed"))
+    assert changed.returncode == 1
+    assert "not the v4.31.0 release's tree" in changed.stderr and RELEASE_TREE_ID in changed.stderr
+    assert not (workspace.root / "changed").exists()
+
+
+@pytest.mark.parametrize("editable", [True, False], ids=["editable", "non-editable"])
+def test_pip_install_leaves_the_tree_clean(tmp_path, two_patches, editable):
+    """Installing the tree must not leave files git sees (the sdist's egg-info did), nor upset the next apply."""
+    # The interpreter running the suite has the build back end; --ignore-installed and --prefix leave its own
+    # environment untouched (pip would otherwise uninstall the transformers installed there first).
+    target = ["-e", str(two_patches.tree)] if editable else [str(two_patches.tree)]
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed"]
+        + ["--prefix", str(tmp_path)]
+        + target,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **OFFLINE_PIP},
+    )
+    assert install.returncode == 0, install.stderr
+    assert git(two_patches.tree, "status", "--porcelain", "--ignored=no") == ""
+    again = two_patches.apply()
+    assert again.returncode == 0, again.stderr
+    assert "up to date" in again.stdout
 
 
 def test_apply_is_idempotent(two_patches):

@@ -76,9 +76,15 @@ def patches(tmp_path_factory):
     subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "d", PRISTINE_TAG], check=True)
     edit(scratch, GPT2, LOGGER, LOGGER + "# gpt2 patched differently\n")
     commit(scratch, "models: gpt2 conflicting")
+    # Greedy search with a cache now feeds the model zeros instead of its last token; stock assisted decoding calls
+    # the model by hand, so upstream's test_assisted_decoding_matches_greedy_search fails (the fake regression
+    # test, which only looks at Bloom, does not notice).
+    subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "e", PRISTINE_TAG], check=True)
+    edit(scratch, GPT2, "input_ids = input_ids[:, -1].unsqueeze(-1)", "input_ids = input_ids[:, -1].unsqueeze(-1) * 0")
+    commit(scratch, "models: gpt2 breaks greedy search")
     out = root / "all"
     made = {}
-    for branch, count in (("a", 2), ("b", 1), ("c", 1), ("d", 1)):
+    for branch, count in (("a", 2), ("b", 1), ("c", 1), ("d", 1), ("e", 1)):
         names = subprocess.run(
             ["git", "-C", str(scratch), "format-patch", "-o", str(out), f"{PRISTINE_TAG}..{branch}"],
             capture_output=True,
@@ -118,6 +124,8 @@ def test_good_series_passes(patches, tmp_path):
     result = check(series(tmp_path, patches, "a1", "a2"), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
+    # Upstream's assisted tests: GPT-2's for the GPT-2 patch, tests/generation's for the generation patch.
+    assert all("upstream -k assisted: OK" in line for line in lines if line.startswith("[")), lines
     # A model patch runs the tests of the classes its files define; a generation patch runs all of them.
     assert any(line.startswith("[1/2] 0001-a1.patch: OK") and "1 passed, 2 deselected" in line for line in lines)
     assert any(line.startswith("[2/2] 0002-a2.patch: OK") and "tests [all]: 3 passed" in line for line in lines)
@@ -145,6 +153,14 @@ def test_patch_that_does_not_apply_names_the_prefix(patches, tmp_path):
     assert "[1/2] 0001-a1.patch: OK" in result.stdout
     assert "[2/2] 0002-d1.patch: BROKEN: patch 2 (0002-d1.patch) does not apply" in result.stdout
     assert "check_series: FAILED: first broken prefix is 2 (0002-d1.patch)" in result.stdout
+
+
+def test_upstream_assisted_test_failure_names_the_prefix(patches, tmp_path):
+    result = check(series(tmp_path, patches, "e1"), tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "BROKEN: prefix 1 (0001-e1.patch): upstream's assisted tests fail" in result.stdout
+    assert "test_modeling_gpt2.py::GPT2ModelTest::test_assisted_decoding_matches_greedy_search" in result.stdout
+    assert "check_series: FAILED: first broken prefix is 1 (0001-e1.patch)" in result.stdout
 
 
 def test_missing_patch_is_reported(patches, tmp_path):
