@@ -59,8 +59,18 @@ $(VENV)/.requirements: requirements.txt requirements-upstream-tests.txt
 .PHONY: venv
 venv: $(VENV)/.requirements ## create or refresh .venv from the pinned requirements
 
+# The libraries of 4.31.0's era that tests/integration uses (peft, accelerate): installed after the fork with
+# --no-deps, so that they cannot pull another transformers; their own dependencies are pinned in the same file.
+$(VENV)/.requirements-integration: requirements-integration.txt $(VENV)/.requirements
+	$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-integration.txt
+	touch $@
+
+$(STOCK_VENV)/.requirements-integration: requirements-integration.txt $(STOCK_VENV)/.requirements
+	$(STOCK_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-integration.txt
+	touch $@
+
 .PHONY: install
-install: venv apply ## install the patched fork into .venv (editable)
+install: venv apply $(VENV)/.requirements-integration ## install the patched fork into .venv (editable)
 	@if ! $(VPY) -c 'import sys, transformers, pathlib; sys.exit(pathlib.Path("$(TREE)/src").resolve() not in pathlib.Path(transformers.__file__).resolve().parents)' 2>/dev/null; then \
 		$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(TREE); \
 	fi
@@ -116,8 +126,8 @@ test-upstream: install ## upstream's repo checks and generation tests in the for
 	exit $$status
 
 .PHONY: test-stock
-test-stock: stock ## the same suite against stock 4.31.0: it must fail and show the bug
-	TRANSFORMERS_TREE=$(STOCK_TREE) $(STOCK_PY) -m pytest -n $(JOBS) tests/models tests/reliability
+test-stock: stock $(STOCK_VENV)/.requirements-integration ## the same suite against stock 4.31.0: it must fail and show the bug
+	TRANSFORMERS_TREE=$(STOCK_TREE) $(STOCK_PY) -m pytest -n $(JOBS) tests/models tests/reliability tests/integration
 
 .PHONY: report
 report: install stock ## run the suite on stock and patched, write docs/model-status.md
