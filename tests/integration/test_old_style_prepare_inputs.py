@@ -25,7 +25,7 @@ import pytest
 import torch
 from transformers import BartForConditionalGeneration, GPT2LMHeadModel, LlamaForCausalLM
 
-from integration._common import assert_same_tokens, captured_warnings, run
+from integration._common import ForwardCounter, assert_same_tokens, captured_warnings, run
 from support.tiny_models import draft_model, generation_inputs, tiny_model
 
 # ---- the old-style classes -----------------------------------------------------------------------------------------
@@ -113,6 +113,24 @@ class EmbedsOnlyGPT2LMHeadModel(GPT2LMHeadModel):
         }
 
 
+class CachePositionsGPT2LMHeadModel(GPT2LMHeadModel):
+    """Keeps the last token with a cache and numbers it by the cache length, giving no positions without a cache (the
+    model then numbers the prompt itself): nothing without the cache says which positions the new tokens take, so
+    the inputs of several new tokens cannot be completed."""
+
+    def prepare_inputs_for_generation(self, input_ids, past_key_values=None, **kwargs):
+        position_ids = None
+        if past_key_values:
+            position_ids = torch.full_like(input_ids[:, -1:], past_key_values[0][0].shape[2])
+            input_ids = input_ids[:, -1:]
+        return {
+            "input_ids": input_ids,
+            "past_key_values": past_key_values,
+            "use_cache": kwargs.get("use_cache"),
+            "position_ids": position_ids,
+        }
+
+
 OLD_STYLE = {
     cls.__name__: cls
     for cls in (OldStyleGPT2LMHeadModel, OldStyleLlamaForCausalLM, OldStyleBartForConditionalGeneration)
@@ -194,3 +212,24 @@ def test_inputs_embeds_only_equals_greedy():
     greedy = run(target, **inputs)
     assert_same_tokens(greedy, run(target, assistant, **inputs))
     assert_same_tokens(greedy, run(target, target, **inputs), "(itself)")
+
+
+def test_inputs_that_cannot_be_completed_are_refused():
+    """Where the inputs cannot be completed consistently, a ValueError naming the class, its method and the input comes
+    before the forward pass of the round that needs them: only the first round (the prompt, as greedy search runs it)
+    has run. Fails on the series that does not check (a wrong answer or a size mismatch deep in the model) and on
+    stock (which ignores the method: greedy's tokens, with positions of its own)."""
+    target = tiny_model(CachePositionsGPT2LMHeadModel, seed=0)
+    assistant = tiny_model(GPT2LMHeadModel, seed=1, assistant=True)
+    inputs = generation_inputs(target, "plain")
+    run(target, **inputs)  # greedy search works with it
+    counter = ForwardCounter(target)
+    try:
+        with pytest.raises(ValueError) as raised:
+            run(target, assistant, **inputs)
+    finally:
+        counter.remove()
+    message = str(raised.value)
+    for part in ("CachePositionsGPT2LMHeadModel", "prepare_inputs_for_generation", "position_ids"):
+        assert part in message, message
+    assert counter.count == 1, f"{counter.count} forward passes of the model before the refusal (expected the first)"
