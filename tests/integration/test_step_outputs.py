@@ -17,6 +17,10 @@ What fails:
   generation's keep the encoder length).
 - The other classes pass on the current series; on stock 27 of them fail (among them BioGPT, CTRL, Falcon,
   GPT-BigCode, GPT-J, LED, M2M100, OpenLlama, PLBart, Pegasus, XGLM, the speech and vision encoder-decoders).
+- `test_batched_step_outputs[ClassName]`: the same for a batch of three rows of different lengths (left padding, or a
+  padded encoder mask; `support/batches.py`): every row's per-step outputs equal greedy search's on the same batch.
+  Fails on stock and on the series without its batching patch (they refuse batches); the known differences above
+  are strict xfails here too.
 - `test_step_outputs_with_a_given_cache`: the current series (GPT-2, a 3-token prefix cache and a 9-token prompt:
   3 steps instead of greedy's 8, the first of shape (1, 9, 32) instead of (1, 6, 32)); stock too.
 - `test_step_outputs_gptsan_spout`: the current series and stock (GPTSAN-japanese with a `spout`, whose projection
@@ -29,6 +33,7 @@ from models import harness
 from transformers import GPT2LMHeadModel
 
 from integration._common import assert_same_tokens, run
+from support.batches import ROWS, batched_inputs
 from support.expectations import EXPECTATIONS
 from support.tiny_models import generation_inputs, tiny_model
 
@@ -113,6 +118,28 @@ def test_step_outputs(name):
         pytest.skip(f"requires {missing}, which is not installed")
     target = harness.cached_model(name)
     inputs = dict(generation_inputs(target, "plain"), max_new_tokens=NEW_TOKENS, **STEP_OPTIONS)
+    try:
+        greedy = run(target, **inputs)
+    except Exception as error:  # noqa: BLE001 - the class cannot return these outputs at all
+        pytest.skip(f"greedy search returns no per-step outputs for {name}: {type(error).__name__}: {error}")
+    if torch.is_tensor(greedy) or not _has_step_outputs(greedy):
+        pytest.skip(f"greedy search returns no attentions or hidden states for {name}")
+    assisted = run(target, harness.cached_draft(name), **inputs)
+    assert_same_step_outputs(greedy, assisted)
+
+
+@pytest.mark.parametrize("name", _cases())
+def test_batched_step_outputs(name):
+    missing = harness.missing_requirement(name)
+    if missing:
+        pytest.skip(f"requires {missing}, which is not installed")
+    if name == "RagTokenForGeneration":
+        pytest.skip("its own `generate` ignores an assistant; its prompt is the retrieved context")
+    target = harness.cached_model(name)
+    inputs = batched_inputs(target, generation_inputs(target, "plain"))
+    if inputs.get("input_ids") is not None and inputs["input_ids"].shape[0] != ROWS:
+        pytest.skip("the class's prompt is not one row per sample")
+    inputs = dict(inputs, max_new_tokens=NEW_TOKENS, **STEP_OPTIONS)
     try:
         greedy = run(target, **inputs)
     except Exception as error:  # noqa: BLE001 - the class cannot return these outputs at all
