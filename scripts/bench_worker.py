@@ -9,6 +9,10 @@ libraries print goes to stderr). Commands:
     {"op": "load", "workloads": [NAME, ...], "trained": {"dir": PATH, "prompt": [BYTE, ...]}}
     {"op": "costs", "workload": NAME}   (time of one cached forward of the target and of the assistant)
     {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
+    {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
+     "prompts": [[TOKEN, ...], ...], "separate": BOOL}
+        (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
+        the answer sums the calls and carries every row's new tokens)
 
 Models are built from config classes with random weights under a fixed seed, so every side builds bit-identical
 models (the answer carries a weight checksum to prove it); the trained pair is loaded with `from_pretrained` from the
@@ -64,6 +68,7 @@ class Clock:
         self.started = 0.0
         self.forward_time = 0.0
         self.forward_calls = 0
+        self.calls_by_module = {}  # id(module) -> outermost forward calls
         self.rounds = []  # (wall time, sequence length, forward calls so far, forward time so far)
 
     def sync(self):
@@ -74,6 +79,7 @@ class Clock:
         self.depth = 0
         self.forward_time = 0.0
         self.forward_calls = 0
+        self.calls_by_module = {}
         self.rounds = []
 
     def pre_hook(self, module, args):
@@ -88,6 +94,7 @@ class Clock:
             self.sync()
             self.forward_time += self.now() - self.started
             self.forward_calls += 1
+            self.calls_by_module[id(module)] = self.calls_by_module.get(id(module), 0) + 1
 
     def attach(self, modules):
         seen = set()
@@ -100,7 +107,14 @@ class Clock:
 
     def round_end(self, length):
         self.sync()
-        self.rounds.append((self.now(), length, self.forward_calls, self.forward_time))
+        entry = (self.now(), length, self.forward_calls, self.forward_time)
+        if self.rounds and self.rounds[-1][2] == self.forward_calls and self.rounds[-1][1] < length:
+            # No forward since the last call: the same round, checked after each of its accepted tokens (the series
+            # checks the stopping criteria after every accepted candidate, as greedy search does after every token).
+            # The round ends at its last call.
+            self.rounds[-1] = entry
+        else:
+            self.rounds.append(entry)
 
 
 def build_workloads(device, dtype, trained=None):
@@ -271,11 +285,13 @@ class Worker:
                 costs[name] = (self.clock.now() - start) / calls
         return {"forward_costs": costs}
 
-    def run(self, workload, method, max_new_tokens, marks=()):
+    def run(self, workload, method, max_new_tokens, marks=(), prompt=None, keep_rows=False):
+        """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask)."""
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
         clock = self.clock
-        target, assistant, prompt, weights = self.workload(workload)
+        target, assistant, workload_prompt, weights = self.workload(workload)
+        prompt = workload_prompt if prompt is None else prompt
 
         class RoundEnd(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):
@@ -332,8 +348,13 @@ class Worker:
         rounds = clock.rounds
         if not rounds or rounds[-1][1] < output.shape[1]:
             # The stopping criteria list stops asking at the first criterion that fires (the length limit, which
-            # comes first), so the last round is not timestamped: it ends when generate() returns.
-            rounds.append((start + elapsed, output.shape[1], clock.forward_calls, clock.forward_time))
+            # comes first), so the last round is not timestamped: it ends when generate() returns (and replaces the
+            # checks made within it, after its accepted tokens, if any).
+            end = (start + elapsed, output.shape[1], clock.forward_calls, clock.forward_time)
+            if rounds and rounds[-1][2] == clock.forward_calls:
+                rounds[-1] = end
+            else:
+                rounds.append(end)
         # Per round: tokens added, forwards run (one target verification + one assistant forward per candidate).
         added, forwards = [], []
         previous_length, previous_calls = start_length, 0
@@ -391,6 +412,65 @@ class Worker:
             "continuation": output[0, start_length:].tolist() if workload == "trained" else None,
             "output_sha": hashlib.sha256(output.cpu().numpy().tobytes()).hexdigest()[:16],
             "weights_sha": weights,
+            # Counted by forward hooks, whatever the stopping criteria see: one target forward per round (greedy:
+            # per token), one assistant forward per drafted candidate (for every row of a batch at once).
+            "batch_size": output.shape[0],
+            "target_calls": clock.calls_by_module.get(id(target), 0),
+            "assistant_calls": clock.calls_by_module.get(id(assistant), 0) if assistant is not target else 0,
+            "rows": output[:, start_length:].tolist() if keep_rows else None,
+        }
+
+    def batch_prompt(self, prompts, pad_token_id=0):
+        """Prompts of different lengths as one batch: left padded with `pad_token_id`, masked by the attention mask."""
+        width = max(len(prompt) for prompt in prompts)
+        input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[row, width - len(prompt) :] = 1
+        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+
+    def batch(self, workload, method, max_new_tokens, prompts, separate=False):
+        """The prompts as one batched call, or one call per prompt (`separate`): the calls' sums, every row's tokens.
+
+        Rounds are target forwards (one per verification; greedy: one per token), drafted candidates are assistant
+        forwards (each drafts one candidate for every row), accepted candidates are the new tokens less the rounds
+        (each round adds the accepted candidates and the model's own token); all counted per row, the same for every
+        row of a batch, as the rows stay aligned.
+        """
+        calls = [[prompt] for prompt in prompts] if separate else [prompts]
+        measured = []
+        for rows in calls:
+            answer = self.run(workload, method, max_new_tokens, prompt=self.batch_prompt(rows), keep_rows=True)
+            if "failed" in answer:
+                return answer
+            measured.append(answer)
+        generated = sum(m["new_tokens"] * m["batch_size"] for m in measured)
+        new_tokens = sum(m["new_tokens"] for m in measured)
+        rounds = sum(m["target_calls"] for m in measured)
+        elapsed = sum(m["time"] for m in measured)
+        wall = sum(m["wall"] for m in measured)
+        return {
+            "workload": workload,
+            "method": method,
+            "separate": separate,
+            "calls": len(calls),
+            "batch_size": len(prompts),
+            "prompt_lengths": [len(prompt) for prompt in prompts],
+            "max_new_tokens": max_new_tokens,
+            "new_tokens": new_tokens,  # per row, summed over the calls
+            "generated": generated,  # every row's tokens
+            "time": elapsed,
+            "per_token": elapsed / generated,
+            "wall": wall,
+            "wall_per_token": wall / generated,
+            "cpu": sum(m["cpu"] for m in measured),
+            "forward_time": sum(m["forward_time"] for m in measured),
+            "rounds": rounds,
+            "proposed": sum(m["assistant_calls"] for m in measured),
+            "accepted": new_tokens - rounds if method == "assisted" else 0,
+            "rows": [row for m in measured for row in m["rows"]],
+            "weights_sha": measured[0]["weights_sha"],
         }
 
 
@@ -412,6 +492,14 @@ def main():
                 answer = {"weights": {name: worker.workload(name)[3] for name in command["workloads"]}}
             elif command["op"] == "costs":
                 answer = worker.forward_costs(command["workload"])
+            elif command["op"] == "batch":
+                answer = worker.batch(
+                    command["workload"],
+                    command["method"],
+                    command["max_new_tokens"],
+                    command["prompts"],
+                    command.get("separate", False),
+                )
             elif command["op"] == "run":
                 answer = worker.run(
                     command["workload"], command["method"], command["max_new_tokens"], command.get("marks", ())
