@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 SCENARIOS = ("plain", "self", "token_type_ids", "left_pad", "enc_mask")
+BATCHED_TEST = "test_batched_assisted_vs_greedy"
 TEST_RE = re.compile(r"^(test_\w+)\[(.+)\]$")
 
 MARKS = {
@@ -190,10 +191,12 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "test, under `plain`: assisted generation must raise the documented `ValueError`. *Slicing* counts the "
         "`prepare_inputs_for_generation` unit tests, *plain* the greedy/beam/contrastive outputs compared with stock "
         "4.31.0, *max score diff* the largest difference between assisted and greedy scores (`output_scores`) over "
-        "the class's scenarios; these three on the patched side only (on stock the first two pass by construction).",
+        "the class's scenarios; these three on the patched side only (on stock the first two pass by construction). "
+        "*batch*: a batch of three rows of different lengths, one reaching EOS early, against batched greedy search "
+        "(`tests/models/test_batched.py`; stock refuses batches).",
         "",
-        "| Class | Expected | " + " | ".join(SCENARIOS) + " | max score diff | slicing | plain |",
-        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|",
+        "| Class | Expected | " + " | ".join(SCENARIOS) + " | batch | max score diff | slicing | plain |",
+        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|---|",
     ]
     summary = defaultdict(lambda: defaultdict(int))
     problems = []
@@ -212,6 +215,13 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
                         problems.append((f"{name}-{scenario}", result))
             if s is not None and s["outcome"] in ("failed", "error"):
                 summary["stock_bug"][scenario] += 1
+        key = (BATCHED_TEST, name)
+        cells.append(cell(stock.get(key), patched.get(key)))
+        for side, result in (("stock", stock.get(key)), ("patched", patched.get(key))):
+            if result is not None:
+                summary[f"{side}_batched"][result["outcome"]] += 1
+                if result["outcome"] in ("failed", "error") and side == "patched":
+                    problems.append((f"{BATCHED_TEST}[{name}]", result))
         slicing = tally(patched, "test_slicing", name)
         plain = tally(patched, "test_plain_unchanged", name)
         for function in ("test_slicing", "test_plain_unchanged"):
@@ -230,6 +240,11 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         lines.append(
             f"- {side}: "
             + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "not proving", "xfail", "skipped"))
+        )
+    for side in ("stock", "patched"):
+        counts = summary[f"{side}_batched"]
+        lines.append(
+            f"- {side}, batch: " + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped"))
         )
     bug = summary["stock_bug"]
     lines.append(
