@@ -85,7 +85,7 @@ def test_worker_reports_a_refusal_instead_of_stopping():
     # A release that refuses a workload is shown in the tables; the worker must answer, not raise.
     worker = bench_worker.Worker(SimpleNamespace(device="cpu", dtype="float32", threads=1, clock="cpu"))
     target, assistant, prompt, weights = worker.workload("loop")
-    prompt = {key: value.repeat(2, 1) for key, value in prompt.items()}  # batch 2: assisted decoding refuses it
+    prompt = dict(prompt, use_cache=False)  # without a cache, assisted decoding refuses (stock and patched)
     worker.loaded["loop"] = (target, assistant, prompt, weights)
     answer = worker.run("loop", "assisted", 8)
     assert answer["failed"].startswith("refuses: ValueError")
