@@ -878,6 +878,15 @@ def report(meta, info, table, growth, files, results):
             f"greedy patched/stock (the same greedy loop on both sides), is {ratio_text(head['noise'])}."
         )
         add("")
+        if head["noise"] and head["ratio"][1] > head["noise"][2]:
+            # Said in words, so that a reader of the headline does not take a loss for noise.
+            add(
+                "**The patched side is slower than stock on the headline case, beyond this run's noise floor** (every "
+                "repetition's ratio is above the noise floor's range). Where the time goes is in the work and loop "
+                "cost table below: the rounds (the series runs the first round on the prompt alone, without "
+                "drafting) and the loop's own cost per round."
+            )
+            add("")
     add("## Machine and versions")
     add("")
     m = meta["machine"]
