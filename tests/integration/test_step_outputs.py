@@ -33,7 +33,7 @@ from models import harness
 from transformers import GPT2LMHeadModel
 
 from integration._common import assert_same_tokens, run
-from support.batches import ROWS, batched_inputs
+from support.batches import NOT_BATCHED, ROWS, batched_inputs
 from support.expectations import EXPECTATIONS
 from support.tiny_models import generation_inputs, tiny_model
 
@@ -111,34 +111,8 @@ def _cases():
     return cases
 
 
-@pytest.mark.parametrize("name", _cases())
-def test_step_outputs(name):
-    missing = harness.missing_requirement(name)
-    if missing:
-        pytest.skip(f"requires {missing}, which is not installed")
-    target = harness.cached_model(name)
-    inputs = dict(generation_inputs(target, "plain"), max_new_tokens=NEW_TOKENS, **STEP_OPTIONS)
-    try:
-        greedy = run(target, **inputs)
-    except Exception as error:  # noqa: BLE001 - the class cannot return these outputs at all
-        pytest.skip(f"greedy search returns no per-step outputs for {name}: {type(error).__name__}: {error}")
-    if torch.is_tensor(greedy) or not _has_step_outputs(greedy):
-        pytest.skip(f"greedy search returns no attentions or hidden states for {name}")
-    assisted = run(target, harness.cached_draft(name), **inputs)
-    assert_same_step_outputs(greedy, assisted)
-
-
-@pytest.mark.parametrize("name", _cases())
-def test_batched_step_outputs(name):
-    missing = harness.missing_requirement(name)
-    if missing:
-        pytest.skip(f"requires {missing}, which is not installed")
-    if name == "RagTokenForGeneration":
-        pytest.skip("its own `generate` ignores an assistant; its prompt is the retrieved context")
-    target = harness.cached_model(name)
-    inputs = batched_inputs(target, generation_inputs(target, "plain"))
-    if inputs.get("input_ids") is not None and inputs["input_ids"].shape[0] != ROWS:
-        pytest.skip("the class's prompt is not one row per sample")
+def _check_step_outputs(name, target, inputs):
+    """Greedy search and assisted generation (with the class's draft) on `inputs`: the same per-step outputs."""
     inputs = dict(inputs, max_new_tokens=NEW_TOKENS, **STEP_OPTIONS)
     try:
         greedy = run(target, **inputs)
@@ -148,6 +122,29 @@ def test_batched_step_outputs(name):
         pytest.skip(f"greedy search returns no attentions or hidden states for {name}")
     assisted = run(target, harness.cached_draft(name), **inputs)
     assert_same_step_outputs(greedy, assisted)
+
+
+@pytest.mark.parametrize("name", _cases())
+def test_step_outputs(name):
+    missing = harness.missing_requirement(name)
+    if missing:
+        pytest.skip(f"requires {missing}, which is not installed")
+    target = harness.cached_model(name)
+    _check_step_outputs(name, target, generation_inputs(target, "plain"))
+
+
+@pytest.mark.parametrize("name", _cases())
+def test_batched_step_outputs(name):
+    missing = harness.missing_requirement(name)
+    if missing:
+        pytest.skip(f"requires {missing}, which is not installed")
+    if name in NOT_BATCHED:
+        pytest.skip(f"not batched: {NOT_BATCHED[name]}")
+    target = harness.cached_model(name)
+    inputs = batched_inputs(target, generation_inputs(target, "plain"))
+    if inputs.get("input_ids") is not None and inputs["input_ids"].shape[0] != ROWS:
+        pytest.skip("the class's prompt is not one row per sample")
+    _check_step_outputs(name, target, inputs)
 
 
 def test_step_outputs_with_a_given_cache():

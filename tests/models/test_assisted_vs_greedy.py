@@ -13,14 +13,12 @@ One test id per class and scenario, `test_assisted_vs_greedy[ClassName-scenario]
   reason of the table (one id, `[ClassName-plain]`).
 """
 
-import warnings
-
 import pytest
 import torch
 
 from models import harness
 from support.expectations import EXPECTATIONS, refusal_message
-from support.tiny_models import MAX_NEW_TOKENS, applicable_scenarios, generate, generation_inputs, reset_assistant
+from support.tiny_models import MAX_NEW_TOKENS, applicable_scenarios, generation_inputs, sequences_and_scores
 
 SCORE_ATOL = 1e-4
 EXTRA_INPUT = {
@@ -39,20 +37,6 @@ def _cases():
         else:
             cases.extend((name, scenario) for scenario in applicable_scenarios(cls))
     return cases
-
-
-def _run(model, kwargs, assistant=None):
-    kwargs = dict(kwargs, output_scores=True, return_dict_in_generate=True)
-    if assistant is not None:
-        reset_assistant(assistant)
-        kwargs["assistant_model"] = assistant
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        output = generate(model, **kwargs)
-    if torch.is_tensor(output):  # custom `generate` methods that ignore return_dict_in_generate
-        return output, None
-    scores = getattr(output, "scores", None)
-    return output.sequences, (torch.stack(scores, dim=1) if scores else None)
 
 
 def _continuation(sequences):
@@ -94,7 +78,7 @@ class _Rounds:
 def _compare(target, kwargs, assistant, label, greedy, greedy_scores, scenario):
     rounds = _Rounds(target)
     try:
-        assisted, assisted_scores = _run(target, kwargs, assistant=assistant)
+        assisted, assisted_scores = sequences_and_scores(target, kwargs, assistant=assistant)
     finally:
         rounds.handle.remove()
     assert greedy.shape == assisted.shape and torch.equal(greedy, assisted), (
@@ -136,11 +120,11 @@ def test_assisted_vs_greedy(name, scenario, entry, record_property):
 
     if not entry.supported:
         with pytest.raises(ValueError) as error:
-            _run(target, kwargs, assistant=harness.cached_model(name, assistant=True))
+            sequences_and_scores(target, kwargs, assistant=harness.cached_model(name, assistant=True))
         assert refusal_message(name) in str(error.value)
         return
 
-    greedy, greedy_scores = _run(target, kwargs)
+    greedy, greedy_scores = sequences_and_scores(target, kwargs)
     diffs, rounds = [], []
     for label, assistant in _assistants(name, scenario, target):
         max_diff, count = _compare(target, kwargs, assistant, label, greedy, greedy_scores, scenario)
@@ -152,7 +136,7 @@ def test_assisted_vs_greedy(name, scenario, entry, record_property):
 
     # A comparison only proves something if the greedy output depends on what the scenario exercises.
     if scenario in EXTRA_INPUT:
-        changed, _ = _run(target, generation_inputs(target, scenario, variant=1))
+        changed, _ = sequences_and_scores(target, generation_inputs(target, scenario, variant=1))
         if changed.shape == greedy.shape and torch.equal(changed, greedy):
             pytest.skip(
                 f"not proving anything: greedy output does not change with {EXTRA_INPUT[scenario]} "

@@ -8,21 +8,15 @@ sequences must be equal and their scores equal within `SCORE_ATOL`, with the dra
 assistant. Fails on v4.31.0 and on the series without its batching patches (assisted generation refused batches).
 """
 
-import warnings
-
 import pytest
 import torch
 
 from models import harness
-from support.batches import ROWS, batched_inputs, pad_token
+from support.batches import NOT_BATCHED, ROWS, batched_inputs, pad_token
 from support.expectations import EXPECTATIONS
-from support.tiny_models import MAX_NEW_TOKENS, generate, generation_inputs, reset_assistant
+from support.tiny_models import MAX_NEW_TOKENS, generation_inputs, sequences_and_scores
 
 SCORE_ATOL = 1e-4
-# Classes whose batch cannot be built from the single-prompt inputs of the suite.
-NOT_BATCHED = {
-    "RagTokenForGeneration": "its own `generate` ignores an assistant; its prompt is the retrieved context",
-}
 
 
 def _cases():
@@ -33,19 +27,6 @@ def _cases():
     ]
 
 
-def _run(model, kwargs, assistant=None):
-    kwargs = dict(kwargs, output_scores=True, return_dict_in_generate=True)
-    if assistant is not None:
-        reset_assistant(assistant)
-        kwargs["assistant_model"] = assistant
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        output = generate(model, **kwargs)
-    if torch.is_tensor(output):
-        return output, None
-    return output.sequences, (torch.stack(output.scores, dim=1) if output.scores else None)
-
-
 @pytest.mark.parametrize("name", _cases())
 def test_batched_assisted_vs_greedy(name, entry):
     if name in NOT_BATCHED:
@@ -54,15 +35,15 @@ def test_batched_assisted_vs_greedy(name, entry):
     inputs = batched_inputs(model, generation_inputs(model, "plain"))
     if inputs.get("input_ids") is not None and inputs["input_ids"].shape[0] != ROWS:
         pytest.skip("the class's prompt is not one row per sample")
-    greedy, _ = _run(model, inputs)
+    greedy, _ = sequences_and_scores(model, inputs)
     # An EOS that the first row generates after a few tokens, and not before: the rows finish at different steps
     new_tokens = greedy[0, -MAX_NEW_TOKENS:].tolist()
     eos = next((token for i, token in enumerate(new_tokens[2:], 2) if token not in new_tokens[:i]), None)
     if eos is not None:
         inputs = dict(inputs, eos_token_id=eos, pad_token_id=pad_token(model))
-    greedy, greedy_scores = _run(model, inputs)
+    greedy, greedy_scores = sequences_and_scores(model, inputs)
     for label, assistant in (("draft", harness.cached_draft(name)), ("self", model)):
-        assisted, assisted_scores = _run(model, inputs, assistant)
+        assisted, assisted_scores = sequences_and_scores(model, inputs, assistant)
         assert assisted.tolist() == greedy.tolist(), f"{label} assistant: the sequences differ"
         if greedy_scores is not None and assisted_scores is not None:
             assert assisted_scores.shape == greedy_scores.shape, f"{label} assistant: the scores differ in shape"

@@ -163,24 +163,14 @@ def _packed(tmp_path):
     cuda.mkdir()
     _tar(cuda / "fork-src.tar.gz", ref_fork, sorted(FORK))
     _tar(cuda / "stock-delta.tar.gz", ref_stock, ["src/pkg/a.py", "src/pkg/gone/d.py"])
-    fork_sha, fork_files = trees.tree_sha256(ref_fork / "src")
-    stock_sha, stock_files = trees.tree_sha256(ref_stock / "src")
     manifest = {
         "format": trees.FORMAT,
         "fork_commit": "f" * 40,
         "series": ["0001-x.patch"],
         "series_sha256": "0" * 64,
-        "fork_src": {
-            "file": "fork-src.tar.gz",
-            "sha256": trees.file_sha256(cuda / "fork-src.tar.gz"),
-            "tree_sha256": fork_sha,
-            "files": fork_files,
-        },
+        "fork_src": trees.archive_entry(cuda, "fork-src.tar.gz", ref_fork / "src"),
         "stock": {
-            "file": "stock-delta.tar.gz",
-            "sha256": trees.file_sha256(cuda / "stock-delta.tar.gz"),
-            "tree_sha256": stock_sha,
-            "files": stock_files,
+            **trees.archive_entry(cuda, "stock-delta.tar.gz", ref_stock / "src"),
             "replaced": ["src/pkg/a.py", "src/pkg/gone/d.py"],
             "added_by_series": ["src/pkg/new/b.py"],
         },
