@@ -314,16 +314,20 @@ class Bench:
         if phase == "warmup":
             return answer
         where = f"[{self.elapsed():6.0f}s] {phase:<6} {case or workload:<10} {method:<8} {side:<7} {tokens:5d} tok  "
+        self.print_answer(where, method, answer, lambda: f"wall {answer['wall_per_token'] * 1e3:8.3f}")
+        return answer
+
+    @staticmethod
+    def print_answer(where, method, answer, detail):
+        """One progress line: the failure, or time per token (`detail()` in brackets), rounds and acceptance."""
         if "failed" in answer:
             print(f"{where}{answer['failed'][:100]}", flush=True)
-        else:
-            accepted = f"  accepted {answer['accepted']}/{answer['proposed']}" if method == "assisted" else ""
-            print(
-                f"{where}{answer['per_token'] * 1e3:8.3f} ms/tok (wall {answer['wall_per_token'] * 1e3:8.3f})  "
-                f"rounds {answer['rounds']:4d}{accepted}",
-                flush=True,
-            )
-        return answer
+            return
+        accepted = f"  accepted {answer['accepted']}/{answer['proposed']}" if method == "assisted" else ""
+        print(
+            f"{where}{answer['per_token'] * 1e3:8.3f} ms/tok ({detail()})  rounds {answer['rounds']:4d}{accepted}",
+            flush=True,
+        )
 
     def info(self):
         return {side: worker.ask({"op": "info"}) for side, worker in self.workers.items()}
@@ -433,15 +437,7 @@ class Bench:
         if phase == "batch-warmup":
             return answer
         where = f"[{self.elapsed():6.0f}s] {phase:<6} B={size:<3} {name:<17} {side:<7} {tokens:5d} tok  "
-        if "failed" in answer:
-            print(f"{where}{answer['failed'][:100]}", flush=True)
-        else:
-            accepted = f"  accepted {answer['accepted']}/{answer['proposed']}" if method == "assisted" else ""
-            print(
-                f"{where}{answer['per_token'] * 1e3:8.3f} ms/tok ({1 / answer['per_token']:7.0f} tok/s)  "
-                f"rounds {answer['rounds']:4d}{accepted}",
-                flush=True,
-            )
+        self.print_answer(where, method, answer, lambda: f"{1 / answer['per_token']:7.0f} tok/s")
         return answer
 
     def batch_table(self):
