@@ -158,8 +158,6 @@ def prepare():
             (tmp / name).mkdir()
             archive = git("archive", "--format=tar", rev, "src", binary=True)
             subprocess.run(["tar", "-x", "-C", str(tmp / name)], input=archive, check=True)
-        fork_sha, fork_files = trees.tree_sha256(tmp / "fork-ref" / "src")
-        stock_sha, stock_files = trees.tree_sha256(tmp / "stock-ref" / "src")
         manifest = {
             "format": trees.FORMAT,
             "fork_commit": head,
@@ -167,17 +165,9 @@ def prepare():
             "pristine_commit": git("rev-parse", f"{PRISTINE_TAG}^{{commit}}").strip(),
             "series": series,
             "series_sha256": series_sha,
-            "fork_src": {
-                "file": "fork-src.tar.gz",
-                "sha256": trees.file_sha256(CUDA_DIR / "fork-src.tar.gz"),
-                "tree_sha256": fork_sha,
-                "files": fork_files,
-            },
+            "fork_src": trees.archive_entry(CUDA_DIR, "fork-src.tar.gz", tmp / "fork-ref" / "src"),
             "stock": {
-                "file": "stock-delta.tar.gz",
-                "sha256": trees.file_sha256(CUDA_DIR / "stock-delta.tar.gz"),
-                "tree_sha256": stock_sha,
-                "files": stock_files,
+                **trees.archive_entry(CUDA_DIR, "stock-delta.tar.gz", tmp / "stock-ref" / "src"),
                 "replaced": replaced,
                 "added_by_series": added,
             },

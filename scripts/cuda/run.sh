@@ -69,6 +69,17 @@ log() { echo "[$(printf '%4d' $((SECONDS - T0)))s] $*"; }
 # phase NAME STATUS SECONDS NOTE: one line of the summary table
 phase() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >>"$RUN/phases.tsv"; log "$1: $2${4:+ - $4}"; }
 skipped() { [[ "$SKIP" == *" $1 "* ]]; }
+# phase_result NAME RC START: the phase's own summary line (`NAME: ...`, the last of its log) when it exited 0, else
+# its exit status and the last line of its log.
+phase_result() {
+    if [ "$2" -eq 0 ]; then
+        local line
+        line=$(grep "^$1:" "$LOGS/$1.log" | tail -n 1)
+        phase "$1" ok $((SECONDS - $3)) "${line#"$1": }"
+    else
+        phase "$1" FAILED $((SECONDS - $3)) "exit $2: $(tail -n 1 "$LOGS/$1.log")"
+    fi
+}
 
 # after every step: summary.md and logs.tar.gz in $OUT, so that a run killed later still leaves them
 pack_logs() {
@@ -254,13 +265,7 @@ else
         PYTHONPATH=$FORK/src TRANSFORMERS_TREE=$FORK timed precision $((deadline + 45)) "$ISO" \
             scripts/cuda_precision.py --jobs "$JOBS" --deadline "$deadline" --csv "$OUT/precision.csv" \
             --markdown "$RUN/precision.md" ${CUDA_PRECISION_ARGS:-}
-        rc=$?
-        line=$(grep '^precision:' "$LOGS/precision.log" | tail -n 1)
-        if [ $rc -eq 0 ]; then
-            phase precision ok $((SECONDS - start)) "${line#precision: }"
-        else
-            phase precision FAILED $((SECONDS - start)) "exit $rc: $(tail -n 1 "$LOGS/precision.log")"
-        fi
+        phase_result precision $? "$start"
     fi
     pack_logs
 fi
@@ -277,13 +282,7 @@ else
         # shellcheck disable=SC2086
         PYTHONPATH=$FORK/src timed bench $((budget + 30)) "$ISO" scripts/cuda/bench_patched.py --device "$DEVICE" \
             --budget "$budget" --json "$OUT/bench.json" --markdown "$RUN/bench.md" ${CUDA_BENCH_ARGS:-}
-        rc=$?
-        line=$(grep '^bench:' "$LOGS/bench.log" | tail -n 1)
-        if [ $rc -eq 0 ]; then
-            phase bench ok $((SECONDS - start)) "${line#bench: }"
-        else
-            phase bench FAILED $((SECONDS - start)) "exit $rc: $(tail -n 1 "$LOGS/bench.log")"
-        fi
+        phase_result bench $? "$start"
     fi
 fi
 

@@ -44,6 +44,18 @@ def tree_sha256(root):
     return digest.hexdigest(), count
 
 
+def archive_entry(cuda_dir, archive, src_root):
+    """The manifest entry of `archive` (in `cuda_dir`) whose files rebuild the tree `src_root`: the archive's sha256,
+    and the tree's sha256 and file count, against which the rebuilt tree is checked."""
+    tree_digest, count = tree_sha256(src_root)
+    return {
+        "file": archive,
+        "sha256": file_sha256(Path(cuda_dir) / archive),
+        "tree_sha256": tree_digest,
+        "files": count,
+    }
+
+
 def series_sha256(repo):
     """sha256 over `patches/series` and every patch it lists, in order: identifies the series of a checkout."""
     patches = Path(repo) / "patches"
