@@ -18,7 +18,8 @@ import torch
 
 from models import harness
 from support.expectations import EXPECTATIONS, refusal_message
-from support.tiny_models import MAX_NEW_TOKENS, applicable_scenarios, generation_inputs, sequences_and_scores
+from support.outputs import sequences_and_scores
+from support.tiny_models import MAX_NEW_TOKENS, applicable_scenarios, generation_inputs
 
 SCORE_ATOL = 1e-4
 EXTRA_INPUT = {

@@ -14,7 +14,8 @@ import torch
 from models import harness
 from support.batches import NOT_BATCHED, ROWS, batched_inputs, pad_token
 from support.expectations import EXPECTATIONS
-from support.tiny_models import MAX_NEW_TOKENS, generation_inputs, sequences_and_scores
+from support.outputs import sequences_and_scores
+from support.tiny_models import MAX_NEW_TOKENS, generation_inputs
 
 SCORE_ATOL = 1e-4
 
