@@ -16,6 +16,8 @@ What each test fails on:
   independent assistants: equal to greedy or the refusal of one id.
 - `test_candidate_the_model_cannot_embed`: the current series (the refusal names no id) and stock (an IndexError
   deep in the embedding, or a device-side assert on CUDA).
+- `test_assistant_head_wider_than_its_embeddings`: stock (an IndexError in the assistant's embedding) and a loop that
+  checks only the tokens the model hands the assistant, not the candidates the assistant feeds itself.
 """
 
 import re
@@ -105,3 +107,26 @@ def test_candidate_the_model_cannot_embed(cls):
         f"the error must name the candidate id {bad_id} and both sizes ({TINY_VOCAB}, {PADDED_VOCAB}): {message!r}"
     )
     assert counter.count > 0, "refused before the assistant drafted anything: the pair itself is fine"
+
+
+def test_assistant_head_wider_than_its_embeddings():
+    """An assistant whose (untied) head predicts ids its own input embeddings do not hold: the candidate it is fed
+    back at its next draft step, before the model sees it, is refused with the id and the sizes, not an IndexError
+    deep in the embedding."""
+    target = tiny_model(GPT2LMHeadModel, seed=0)
+    assistant = draft_model(target)
+    with torch.no_grad():
+        head = torch.nn.Linear(assistant.config.n_embd, PADDED_VOCAB, bias=False)
+        head.weight.zero_()
+        head.weight[:TINY_VOCAB] = assistant.lm_head.weight
+    assistant.lm_head = head  # wider than the TINY_VOCAB rows of its embeddings
+    bad_id = PADDED_VOCAB - 8
+    proposing = _Propose(assistant, bad_id)
+    try:
+        with pytest.raises(ValueError) as raised:
+            run(target, assistant, **generation_inputs(target, "plain"))
+    finally:
+        proposing.remove()
+    message = str(raised.value)
+    assert "to the assistant" in message, message
+    assert {str(bad_id), str(TINY_VOCAB)} <= set(re.findall(r"\d+", message)), message
