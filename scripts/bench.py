@@ -89,6 +89,8 @@ TARGET_OF = {"draft": "draft", "self": "draft", "partial": "draft"}
 HEADLINE_CASES = ["trained", "trained-16"]
 CHEAP = ["loop", "draft-16", "encdec"]
 COSTLY = ["draft", "self", "partial"]
+# Cases whose operations outside the model forwards are counted (one call per side, not timed).
+OPS_CASES = ["trained", "trained-16", "encdec", "loop"]
 
 FULL = {
     "headline_reps": (21, 31),  # (minimum, maximum) repetitions
@@ -310,13 +312,20 @@ class Bench:
     def elapsed(self):
         return time.perf_counter() - self.start
 
-    def measure(self, side, workload, method, tokens, phase, case=None, rep=None, marks=()):
+    def measure(self, side, workload, method, tokens, phase, case=None, rep=None, marks=(), count_ops=False):
         answer = self.workers[side].ask(
-            {"op": "run", "workload": workload, "method": method, "max_new_tokens": tokens, "marks": list(marks)}
+            {
+                "op": "run",
+                "workload": workload,
+                "method": method,
+                "max_new_tokens": tokens,
+                "marks": list(marks),
+                "count_ops": count_ops,
+            }
         )
         answer.update(side=side, phase=phase, rep=rep, case=case, max_new_tokens=tokens)
         self.results.append(answer)
-        if phase == "warmup":
+        if phase in ("warmup", "ops"):
             return answer
         where = f"[{self.elapsed():6.0f}s] {phase:<6} {case or workload:<10} {method:<8} {side:<7} {tokens:5d} tok  "
         self.print_answer(where, method, answer, lambda: f"wall {answer['wall_per_token'] * 1e3:8.3f}")
@@ -388,6 +397,19 @@ class Bench:
             cost += sum(r["wall"] for r in runs if r["rep"] == last)
         return cost
 
+    def count_operations(self):
+        """One counted call per side and case: the torch operations run outside the model forwards (not timed)."""
+        for case in OPS_CASES:
+            if case not in self.cases:
+                continue
+            key = greedy_key(case)
+            self.measure("patched", key[0], "greedy", key[1], "ops", case=f"greedy:{key[0]}:{key[1]}", count_ops=True)
+            for side in self.sides:
+                self.measure(
+                    side, case_workload(case), "assisted", case_tokens(case), "ops", case=case, count_ops=True
+                )
+        print(f"[{self.elapsed():6.0f}s] operations outside the forwards counted", flush=True)
+
     def growth(self):
         marks = self.plan["growth"]
         self.marks = marks
@@ -399,6 +421,7 @@ class Bench:
     def run(self):
         plan = self.plan
         self.warm_up()
+        self.count_operations()
         groups = {
             "headline": [case for case in HEADLINE_CASES if case in self.cases],
             "cheap": [case for case in CHEAP if case in self.cases],
@@ -500,6 +523,22 @@ def by_rep(results, case):
         if result["phase"] == "ab" and result["case"] == case:
             table.setdefault(result["rep"], {})[result["side"]] = result
     return table
+
+
+def operation_counts(results):
+    """{case: {side or "greedy": counted run}} of the calls whose operations outside the forwards were counted."""
+    counted = {}
+    for result in results:
+        if result["phase"] != "ops":
+            continue
+        if result["case"].startswith("greedy:"):
+            workload, tokens = result["case"].split(":")[1:]
+            for case in OPS_CASES:
+                if greedy_key(case) == (workload, int(tokens)):
+                    counted.setdefault(case, {})["greedy"] = result
+        else:
+            counted.setdefault(result["case"], {})[result["side"]] = result
+    return {case: counted[case] for case in OPS_CASES if case in counted}
 
 
 def summarize(results, sides, cases):
@@ -1071,6 +1110,38 @@ def report(meta, info, table, growth, files, results):
             f"| {ms(row['greedy_first'])}; {join(lambda v: ms(v['first_round']))} | {same} |"
         )
     add("")
+    counted = operation_counts(results)
+    if counted:
+        add(
+            "Tensor operations run outside the model forwards, one call per side (counted, not timed, so free of the "
+            "machine's noise: every torch function and tensor method called from Python, through "
+            "`torch.overrides.TorchFunctionMode`, attribute reads left out); per call, and per round in brackets:"
+        )
+        add("")
+        labels = [side_label(side, info) for side in sides]
+        add("| case | greedy | " + " | ".join(labels) + " | patched - stock per round |")
+        add("|---|---|" + "---|" * len(sides) + "---|")
+
+        def ops_text(run):
+            if run is None:
+                return "-"
+            if "failed" in run:
+                return run["failed"].split(":", 1)[0]
+            return f"{run['ops_outside']} ({run['ops_outside'] / run['rounds']:.0f})"
+
+        for case, runs in counted.items():
+            per_round = {
+                side: runs[side]["ops_outside"] / runs[side]["rounds"]
+                for side in ("stock", "patched")
+                if runs.get(side) and "failed" not in runs[side]
+            }
+            difference = f"{per_round['patched'] - per_round['stock']:+.0f}" if len(per_round) == 2 else "-"
+            add(
+                f"| {case} | {ops_text(runs.get('greedy'))} | "
+                + " | ".join(ops_text(runs.get(side)) for side in sides)
+                + f" | {difference} |"
+            )
+        add("")
     if growth:
         marks = meta["marks"]
         add("## Time per token against the number of generated tokens (trained pair)")

@@ -9,6 +9,8 @@ libraries print goes to stderr). Commands:
     {"op": "load", "workloads": [NAME, ...], "trained": {"dir": PATH, "prompt": [BYTE, ...]}}
     {"op": "costs", "workload": NAME}   (time of one cached forward of the target and of the assistant)
     {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
+        (with "count_ops": true, the answer also counts the tensor operations run outside the model forwards:
+        "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
      "prompts": [[TOKEN, ...], ...], "separate": BOOL}
         (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
@@ -224,6 +226,29 @@ def checksum(*models):
     return digest.hexdigest()[:16]
 
 
+class OpCounter:
+    """Counts the torch operations called outside the model forwards (the `Clock`'s depth is 0 there), by name.
+
+    Through `torch.overrides.TorchFunctionMode`, which sees every torch function and tensor method called from
+    Python. Attribute reads (`.shape`, `.device`: `__get__`) are not operations and are left out.
+    """
+
+    def __init__(self, clock):
+        from torch.overrides import TorchFunctionMode
+
+        counts = self.counts = {}
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if clock.depth == 0:
+                    name = getattr(func, "__name__", str(func))
+                    if name != "__get__":
+                        counts[name] = counts.get(name, 0) + 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+
 class Worker:
     def __init__(self, args):
         self.device = args.device
@@ -285,8 +310,10 @@ class Worker:
                 costs[name] = (self.clock.now() - start) / calls
         return {"forward_costs": costs}
 
-    def run(self, workload, method, max_new_tokens, marks=(), prompt=None, keep_rows=False):
-        """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask)."""
+    def run(self, workload, method, max_new_tokens, marks=(), prompt=None, keep_rows=False, count_ops=False):
+        """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask); with
+        `count_ops`, the operations run outside the model forwards are counted (and the timings are not worth
+        keeping)."""
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
         clock = self.clock
@@ -325,15 +352,25 @@ class Worker:
         prompt_length = prompt["input_ids"].shape[1]
 
         clock.reset()
+        counter = OpCounter(clock) if count_ops else None
         with torch.no_grad():
             clock.sync()
             cpu_start = time.process_time()
             wall_start = time.perf_counter()
             start = clock.now()
             try:
-                output = target.generate(
-                    **prompt, generation_config=config, stopping_criteria=StoppingCriteriaList([RoundEnd()]), **extra
-                )
+                if counter is not None:
+                    counter.mode.__enter__()
+                try:
+                    output = target.generate(
+                        **prompt,
+                        generation_config=config,
+                        stopping_criteria=StoppingCriteriaList([RoundEnd()]),
+                        **extra,
+                    )
+                finally:
+                    if counter is not None:
+                        counter.mode.__exit__(None, None, None)
             except Exception as error:
                 # A version that cannot run this workload: the driver shows the error in its tables.
                 clock.depth = 0
@@ -418,6 +455,8 @@ class Worker:
             "target_calls": clock.calls_by_module.get(id(target), 0),
             "assistant_calls": clock.calls_by_module.get(id(assistant), 0) if assistant is not target else 0,
             "rows": output[:, start_length:].tolist() if keep_rows else None,
+            "ops_outside": sum(counter.counts.values()) if counter is not None else None,
+            "ops_by_name": counter.counts if counter is not None else None,
         }
 
     def batch_prompt(self, prompts, pad_token_id=0):
@@ -502,7 +541,11 @@ def main():
                 )
             elif command["op"] == "run":
                 answer = worker.run(
-                    command["workload"], command["method"], command["max_new_tokens"], command.get("marks", ())
+                    command["workload"],
+                    command["method"],
+                    command["max_new_tokens"],
+                    command.get("marks", ()),
+                    count_ops=command.get("count_ops", False),
                 )
             elif command["op"] == "quit":
                 break

@@ -143,3 +143,32 @@ def test_different_tokens_on_one_side_are_flagged():
     ]
     table, _ = bench.summarize(results, ["stock", "patched"], ["trained-16"])
     assert not table["trained-16"]["same_tokens"]
+
+
+def test_counted_operations_leave_out_the_forwards_and_attribute_reads():
+    # The count is what the loop runs around the forward passes: a forward pass runs dozens of operations, so a
+    # counter that looked inside them would count far more per round than the loop's few; attribute reads (`.shape`)
+    # are not operations.
+    worker = bench_worker.Worker(SimpleNamespace(device="cpu", dtype="float32", threads=1, clock="cpu"))
+    counted = worker.run("loop", "greedy", 8, count_ops=True)
+    assert "__get__" not in counted["ops_by_name"]
+    assert "layer_norm" not in counted["ops_by_name"] and "linear" not in counted["ops_by_name"]
+    assert 0 < counted["ops_outside"] / counted["rounds"] < 40
+    assert counted["output_sha"] == worker.run("loop", "greedy", 8)["output_sha"]
+    assert worker.run("loop", "greedy", 8)["ops_outside"] is None
+
+
+def test_operation_counts_pair_each_case_with_its_greedy_reference():
+    results = [
+        {"phase": "ops", "case": "greedy:trained:128", "side": "patched", "ops_outside": 500, "rounds": 128},
+        {"phase": "ops", "case": "trained", "side": "stock", "ops_outside": 1300, "rounds": 13},
+        {"phase": "ops", "case": "trained", "side": "patched", "ops_outside": 1400, "rounds": 14},
+        {"phase": "ab", "case": "trained", "side": "patched", "ops_outside": None, "rounds": 14},
+    ]
+    counted = bench.operation_counts(results)
+    assert list(counted) == ["trained"]
+    assert counted["trained"]["greedy"]["ops_outside"] == 500
+    assert {side: run["ops_outside"] for side, run in counted["trained"].items() if side != "greedy"} == {
+        "stock": 1300,
+        "patched": 1400,
+    }
