@@ -84,8 +84,8 @@ CASES = {
 # The target whose greedy run is each workload's baseline (draft, self and partial share the GPT-2 target).
 TARGET_OF = {"draft": "draft", "self": "draft", "partial": "draft"}
 # The headline cases are the cheapest and get the most repetitions (their ratios are the run's verdict; a call
-# takes a fraction of a second, and the machine's noise spreads single ratios over +-15%); the other cheap cases
-# many; the GPT-2 small ones cost most of the run.
+# takes a fraction of a second, and a shared machine's noise spreads single ratios by 15% or more); the other
+# cheap cases many; the GPT-2 small ones cost most of the run.
 HEADLINE_CASES = ["trained", "trained-16"]
 CHEAP = ["loop", "draft-16", "encdec"]
 COSTLY = ["draft", "self", "partial"]

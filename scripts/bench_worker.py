@@ -29,6 +29,7 @@ round: once per token for greedy, once per verification for assisted).
 """
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
@@ -359,18 +360,13 @@ class Worker:
             wall_start = time.perf_counter()
             start = clock.now()
             try:
-                if counter is not None:
-                    counter.mode.__enter__()
-                try:
+                with counter.mode if counter is not None else contextlib.nullcontext():
                     output = target.generate(
                         **prompt,
                         generation_config=config,
                         stopping_criteria=StoppingCriteriaList([RoundEnd()]),
                         **extra,
                     )
-                finally:
-                    if counter is not None:
-                        counter.mode.__exit__(None, None, None)
             except Exception as error:
                 # A version that cannot run this workload: the driver shows the error in its tables.
                 clock.depth = 0
