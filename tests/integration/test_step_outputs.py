@@ -86,11 +86,33 @@ def _compare(path, greedy, assisted, problems):
             problems.append(f"{path}: {greedy!r:.30} in greedy, {assisted!r:.30} in assisted")
 
 
-def assert_same_step_outputs(greedy, assisted):
+def _without_padded_rows(first_step, padding):
+    """The first step's attentions or hidden states with the rows of padded prompt positions zeroed. Those queries
+    attend to nothing, so their softmax spreads over whatever keys the pass holds: greedy search's prompt alone, or
+    the prompt and the candidate tokens verified with it. They are no output of any token."""
+    if first_step is None or padding is None:
+        return first_step
+    masked = ()
+    for layer in first_step:
+        # the prompt's rows are the last ones (GIT's image tokens come first)
+        rows = torch.nn.functional.pad(padding, (layer.shape[-2] - padding.shape[1], 0), value=False)
+        rows = rows[:, None, :, None] if layer.dim() == 4 else rows[:, :, None]
+        masked += (layer.masked_fill(rows, 0.0),)
+    return masked
+
+
+def assert_same_step_outputs(greedy, assisted, attention_mask=None):
+    """`attention_mask`: the left-padded mask of a decoder-only batch, whose padded rows of the first step are left
+    out of the comparison (see `_without_padded_rows`)."""
     assert_same_tokens(greedy, assisted)
+    padding = None if attention_mask is None else attention_mask == 0
     problems = []
     for key in STEP_KEYS:
-        _compare(key, getattr(greedy, key, None), getattr(assisted, key, None), problems)
+        greedy_steps, assisted_steps = getattr(greedy, key, None), getattr(assisted, key, None)
+        if key in ("attentions", "hidden_states") and greedy_steps and assisted_steps:
+            greedy_steps = (_without_padded_rows(greedy_steps[0], padding),) + tuple(greedy_steps[1:])
+            assisted_steps = (_without_padded_rows(assisted_steps[0], padding),) + tuple(assisted_steps[1:])
+        _compare(key, greedy_steps, assisted_steps, problems)
     assert not problems, (
         "per-step outputs of assisted generation differ from greedy's:\n  "
         + "\n  ".join(problems[:12])
@@ -121,7 +143,8 @@ def _check_step_outputs(name, target, inputs):
     if torch.is_tensor(greedy) or not _has_step_outputs(greedy):
         pytest.skip(f"greedy search returns no attentions or hidden states for {name}")
     assisted = run(target, harness.cached_draft(name), **inputs)
-    assert_same_step_outputs(greedy, assisted)
+    attention_mask = None if target.config.is_encoder_decoder else inputs.get("attention_mask")
+    assert_same_step_outputs(greedy, assisted, attention_mask)
 
 
 @pytest.mark.parametrize("name", _cases())

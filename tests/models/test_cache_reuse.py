@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 from transformers import BartForConditionalGeneration, GPT2LMHeadModel
-from transformers.generation import utils as generation_utils
+from transformers.generation.utils import GenerationMixin
 
 from support.tiny_models import draft_model, generation_inputs, reset_assistant, tiny_model
 
@@ -70,11 +70,11 @@ def test_assisted_decoding_passes_the_caches_on_without_copying_them(model_class
 
 
 def test_a_copied_cache_is_detected(monkeypatch):
-    crop = generation_utils._crop_past_key_values
+    crop = GenerationMixin._crop_cache
 
-    def copying_crop(model, past_key_values, maximum_length):
-        return copy.deepcopy(crop(model, past_key_values, maximum_length))
+    def copying_crop(self, past_key_values, max_length):
+        return copy.deepcopy(crop(self, past_key_values, max_length))
 
-    monkeypatch.setattr(generation_utils, "_crop_past_key_values", copying_crop)
+    monkeypatch.setattr(GenerationMixin, "_crop_cache", copying_crop)
     tracker = _assisted(GPT2LMHeadModel, "left_pad")
     assert tracker.foreign > 0

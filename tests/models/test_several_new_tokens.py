@@ -157,13 +157,11 @@ def test_prefix_cache(name):
 
 
 def test_fsmt_cache_crop():
-    from transformers.generation.utils import _crop_past_key_values
-
     name = "FSMTForConditionalGeneration"
     model = harness.cached_model(name)
     ids = _sequence(model, name, "plain", PROMPT)
     cache = _step(model, ids, None, _extra(model)).past_key_values
-    cropped = _crop_past_key_values(model, cache, -2)
+    cropped = model._crop_cache(cache, -2)
     assert isinstance(cropped, list) and len(cropped) == len(cache)
     for layer, cropped_layer in zip(cache, cropped, strict=True):
         assert cropped_layer is not layer and cropped_layer["self"] is not layer["self"]

@@ -28,11 +28,8 @@ from typing import Optional, Tuple
 SUPPORTED = "supported"
 REFUSED = "refused"
 
-NO_CACHE = "its forward pass takes no `past_key_values`, so it returns no cache that can be cropped"
-# models whose forward pass takes `**kwargs` are judged by what it returns instead of by its signature
-NO_CACHE_RETURNED = (
-    "its forward pass returns no cache (`past_key_values`) that the candidate tokens can be verified on"
-)
+NO_CACHE = "it keeps no cache (`past_key_values`) that the candidate tokens could be verified on"
+MEMORIES = "its cache of memories (`mems`) cannot be cropped back to the accepted candidate tokens"
 ONE_TOKEN_DECODER = "its decoder only accepts one new token at a time with a cache"
 CODEBOOKS = (
     "its generation interleaves the codebooks of each sample under a delay pattern, which the candidate tokens of an "
@@ -195,15 +192,17 @@ EXPECTATIONS = {
     "FlaubertWithLMHeadModel": refused(NO_CACHE, "XLM-style models re-read the whole sequence at every step"),
     "XLMWithLMHeadModel": refused(NO_CACHE, "XLM-style models re-read the whole sequence at every step"),
     "ReformerModelWithLMHead": refused(
-        NO_CACHE, "Reformer's cache (`past_buckets_states`) holds LSH buckets that cannot be cropped"
+        "its cache (`past_buckets_states`) holds hashed buckets, which cannot be cropped back to the accepted "
+        "candidate tokens",
+        "Reformer's cache holds the LSH buckets of the tokens seen so far",
     ),
     "RwkvForCausalLM": refused(
-        NO_CACHE, "RWKV keeps a recurrent state, which cannot be rewound to an earlier position"
+        "its cache is a recurrent state that sums up every token seen so far, which cannot be rewound to the "
+        "accepted candidate tokens",
+        "RWKV keeps a recurrent state, which cannot be rewound to an earlier position",
     ),
-    "TransfoXLLMHeadModel": refused(NO_CACHE, "Transformer-XL keeps segment memories (`mems`), not a cropable cache"),
-    "XLNetLMHeadModel": refused(
-        NO_CACHE_RETURNED, "XLNet keeps memories (`mems`) and predicts through a permutation mask"
-    ),
+    "TransfoXLLMHeadModel": refused(MEMORIES, "Transformer-XL keeps segment memories (`mems`), not a cropable cache"),
+    "XLNetLMHeadModel": refused(MEMORIES, "XLNet keeps memories (`mems`) and predicts through a permutation mask"),
     # ---- refused: a cache that cannot take part, or a generate() of its own ------------------------------------
     "MegaForCausalLM": refused(
         "its cache holds an EMA state that cannot be cropped",
