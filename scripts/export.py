@@ -23,6 +23,8 @@ from series import (
     fail,
     format_patches,
     is_build_tree,
+    read_groups,
+    series_text,
     write_stamp,
 )  # noqa: E402
 
@@ -37,6 +39,7 @@ def export(tree: Path, patches: Path) -> None:
         raise SeriesError(f"{tree} has uncommitted changes ({', '.join(dirty[:5])}): commit them, then export")
 
     patches.mkdir(parents=True, exist_ok=True)
+    old_groups = read_groups(patches)
     old = {path.name: path.read_bytes() for path in patches.glob("*.patch")}
     with tempfile.TemporaryDirectory() as tmp:
         new = {path.name: path.read_bytes() for path in format_patches(tree, Path(tmp))}
@@ -45,7 +48,7 @@ def export(tree: Path, patches: Path) -> None:
     for name, content in new.items():
         if old.get(name) != content:
             (patches / name).write_bytes(content)
-    (patches / "series").write_text("".join(f"{name}\n" for name in sorted(new)))
+    (patches / "series").write_text(series_text(sorted(new), old_groups))
     write_stamp(tree)
 
     changed = sorted(name for name in new.keys() & old.keys() if new[name] != old[name])

@@ -83,6 +83,47 @@ def read_series(patches: Path = PATCHES) -> list[Path]:
     return names
 
 
+GROUP_PREFIX = "# group:"
+
+
+def read_groups(patches: Path = PATCHES) -> dict[str, str]:
+    """Patch file name -> the group it belongs to: the last `# group: NAME` line before it in `patches/series`
+    (quilt ignores comments; the groups are the pull requests the series is submitted as)."""
+    series = patches / "series"
+    groups: dict[str, str] = {}
+    if not series.exists():
+        return groups
+    group = None
+    for line in series.read_text().splitlines():
+        if line.startswith(GROUP_PREFIX):
+            group = line[len(GROUP_PREFIX) :].strip()
+            continue
+        name = line.split("#", 1)[0].strip()
+        if name and group is not None:
+            groups[name] = group
+    return groups
+
+
+def slug(name: str) -> str:
+    """A patch file name without its number: what stays when patches before it are added or removed."""
+    return name.split("-", 1)[1] if "-" in name else name
+
+
+def series_text(names: list[str], old_groups: dict[str, str]) -> str:
+    """`patches/series` for `names`, one a line, with a `# group: NAME` line before the first patch of each group.
+    Each patch keeps the group it had (found by its name without the number); a new one joins the group of the
+    patch before it."""
+    by_slug = {slug(name): group for name, group in old_groups.items()}
+    lines, current = [], None
+    for name in names:
+        group = by_slug.get(slug(name), current)
+        if group is not None and group != current:
+            lines.append(f"{GROUP_PREFIX} {group}")
+            current = group
+        lines.append(name)
+    return "".join(f"{line}\n" for line in lines)
+
+
 def is_build_tree(tree: Path = TREE) -> bool:
     if not (tree / ".git").exists():
         return False
