@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check that the patch series is bisectable: every prefix applies, imports and passes the regression tests.
+"""Check that the patch series is bisectable: every prefix applies, imports and passes what it can change.
 
 For k = 1..N (N patches in patches/series), on a temporary clone of the build tree checked out at the pristine
 tag `upstream-v4.31.0`, the script
@@ -9,18 +9,29 @@ tag `upstream-v4.31.0`, the script
    PYTHONPATH set to the clone's src/);
 3. runs the regression part of the suite (tests/models/test_plain_unchanged.py: plain generation is unchanged;
    tests/models/test_slicing.py: the slicing unit tests) against the clone, with `TRANSFORMERS_TREE=<clone>` and
-   `SERIES_PARTIAL=1` (the suite then skips the slicing tests of the classes the prefix has not patched yet).
-   A patch can only change the behaviour of the files it touches, so when it only touches model files
-   (src/transformers/models/...) the run is restricted with `-k` to the model classes those files define; a patch
-   touching anything else (generation/utils.py, modeling_utils.py, ...) runs the whole regression part.
+   `SERIES_PARTIAL=1` (the suite then skips the slicing tests of the classes the prefix has not patched yet), on
+   what the patch can change:
+   - a patch touching model files (src/transformers/models/...) runs it for the model classes those files define
+     (`-k`);
+   - a patch whose only change to shared code is in what only assisted decoding runs (`assisted_decoding` and the
+     functions of generation/utils.py that plain generation never reaches, see scripts/assisted_code.py) cannot
+     change plain generation nor slicing: it runs none of it;
+   - a patch touching any other shared code (generate(), GenerationMixin's attributes, modeling_utils.py, ...) runs
+     the whole regression part;
    `--full` runs the whole regression part at every prefix;
 4. runs upstream's assisted-generation tests (`-k assisted`, RUN_SLOW=1, through scripts/upstream_tests.py: known
-   failures and flaky tests as there) of the models the patch touches (tests/models/<model>/test_modeling_<model>.py
-   for each src/transformers/models/<model>/modeling_<model>.py), and the upstream test files the patch touches; a
-   patch touching shared code runs tests/generation's (`make test-upstream` runs every model's at the tip of the
-   series; `--full` runs every model's at every prefix; `--no-upstream-tests` skips this step);
+   failures and flaky tests as there):
+   - at the last patch of each group (`# group: NAME` lines of patches/series, the pull requests the series is
+     submitted as) and at the tip: every model's, and tests/generation's;
+   - elsewhere: those of the models the patch touches (tests/models/<model>/test_modeling_<model>.py for each
+     src/transformers/models/<model>/modeling_<model>.py) and the upstream test files it touches, and
+     tests/generation's for a patch touching shared code;
+   `--full` runs every model's at every prefix; `--no-upstream-tests` skips this step;
 5. with `--copies-python PY` (an interpreter with upstream's black 23.1.0 and hf-doc-builder, build/lint-venv),
-   runs upstream's utils/check_copies.py in the prefix, alongside the tests: every `# Copied from` block matches.
+   runs upstream's utils/check_copies.py in the prefix, alongside the tests, when the patch touches a file it
+   checks (anything but src/transformers/generation/ and tests/): every `# Copied from` block matches.
+
+`--plan` applies the patches and prints what each prefix would run, without running it.
 
 It prints one line per prefix and exits 0 when every prefix is fine; otherwise it stops at the first broken
 prefix (with `--keep-going`, after an import or test failure, it checks the later prefixes too), prints what broke,
@@ -40,6 +51,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+from assisted_code import (  # noqa: E402
+    UTILS,
+    assisted_decoding_calls,
+    changed_methods,
+    only_changes_assisted_decoding,
+)
+
 PRISTINE_TAG = "upstream-v4.31.0"
 REGRESSION_TESTS = ("tests/models/test_plain_unchanged.py", "tests/models/test_slicing.py")
 IDENTITY = ("-c", "user.name=Series Check", "-c", "user.email=series-check@localhost")
@@ -67,14 +87,30 @@ sys.exit(pytest.main(pytest_args))
 """.format(import_failed=IMPORT_FAILED)
 
 
-def read_series(patches: Path) -> list[str]:
-    """Patch file names in `patches/series` order (quilt format: one name a line, `#` comments, options ignored)."""
-    names = []
+GROUP_PREFIX = "# group:"
+
+
+def read_series(patches: Path) -> list[tuple[str, str | None]]:
+    """(patch file name, group) in `patches/series` order (quilt format: one name a line, `#` comments, options
+    ignored); the group of a patch is named by the last `# group: NAME` line before it, None before the first."""
+    entries, group = [], None
     for line in (patches / "series").read_text(encoding="utf-8").splitlines():
+        if line.startswith(GROUP_PREFIX):
+            group = line[len(GROUP_PREFIX) :].strip()
+            continue
         line = line.split("#", 1)[0].strip()
         if line:
-            names.append(line.split()[0])
-    return names
+            entries.append((line.split()[0], group))
+    return entries
+
+
+def group_ends(entries: list[tuple[str, str | None]]) -> set[int]:
+    """The 1-based positions of the last patch of each group, and of the last patch."""
+    ends = {len(entries)}
+    for k in range(1, len(entries)):
+        if entries[k - 1][1] != entries[k][1]:
+            ends.add(k)
+    return ends
 
 
 def git(clone: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -102,9 +138,17 @@ def defined_classes(path: Path) -> list[str]:
     return [node.name for node in tree.body if isinstance(node, ast.ClassDef) and not node.name.startswith("_")]
 
 
-def scope_of(clone: Path, files: list[str]) -> tuple[list[str], list[str] | None]:
-    """(modules to import, model classes whose tests to run or None for the whole regression part)."""
-    modules, classes, everything = [], [], False
+def assisted_only_change(clone: Path) -> bool:
+    """Whether the patch's change to generation/utils.py is all in code that only assisted decoding runs."""
+    old = git(clone, "show", f"HEAD~1:{UTILS}").stdout
+    new = git(clone, "show", f"HEAD:{UTILS}").stdout
+    return only_changes_assisted_decoding(old, new)
+
+
+def scope_of(clone: Path, files: list[str]) -> tuple[list[str], list[str] | None, bool]:
+    """(modules to import, model classes whose tests to run or None for the whole regression part, whether the
+    patch touches shared code)."""
+    modules, classes, everything, shared = [], [], False, False
     for path in files:
         name = module_name(path)
         if name is None:
@@ -116,8 +160,16 @@ def scope_of(clone: Path, files: list[str]) -> tuple[list[str], list[str] | None
             if not any(marker in parts[3] for marker in NOT_IMPORTABLE):
                 classes.extend(defined_classes(clone / path))
         elif not (len(parts) >= 3 and parts[1] == "models"):
-            everything = True  # shared code: generation/, modeling_utils.py, ...
-    return modules, None if everything else sorted(set(classes))
+            shared = True  # shared code: generation/, modeling_utils.py, ...
+            if path != UTILS or not assisted_only_change(clone):
+                everything = True
+    return modules, None if everything else sorted(set(classes)), shared
+
+
+def checks_copies(files: list[str]) -> bool:
+    """Whether upstream's check_copies.py can see the change: it checks the models' `# Copied from` blocks and the
+    model lists of the docs, never generation/ or the tests."""
+    return any(not path.startswith(("src/transformers/generation/", "tests/")) for path in files)
 
 
 def run_prefix(
@@ -129,6 +181,8 @@ def run_prefix(
         pytest_args = [*tests, "-q", "-x", "-p", "no:cacheprovider", "--no-header"]
         if classes:
             pytest_args += ["-k", " or ".join(classes)]
+        else:
+            pytest_args += ["-n", "2"]  # the whole regression part: on two workers
     env = dict(os.environ, PYTHONPATH=str(clone / "src"), TRANSFORMERS_TREE=str(clone), SERIES_PARTIAL="1")
     try:
         process = subprocess.run(
@@ -150,14 +204,37 @@ def run_prefix(
     return "tests", output
 
 
+def assisted_test_files(clone: Path) -> list[str]:
+    """Every model test file with an assisted test: those that mix in `GenerationTesterMixin` (its assisted tests)
+    or name one themselves. The others hold no test `-k assisted` selects, and only cost their collection."""
+    found = []
+    for path in sorted((clone / "tests" / "models").glob("*/test_modeling_*.py")):
+        if any(marker in path.name for marker in NOT_IMPORTABLE):
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "GenerationTesterMixin" in text or "assisted" in text:
+            found.append(str(path.relative_to(clone)))
+    return found
+
+
+def reaches_assisted_decoding(clone: Path, path: str) -> bool:
+    """Whether the patch's change to a model file can change what upstream's assisted tests run: not when it only
+    changes `prepare_inputs_for_generation` while the prefix's assisted decoding calls the models by hand."""
+    methods, other = changed_methods(
+        git(clone, "show", f"HEAD~1:{path}", check=False).stdout, (clone / path).read_text()
+    )
+    if other or methods - {"prepare_inputs_for_generation"}:
+        return True
+    utils = git(clone, "show", f"HEAD:{UTILS}").stdout
+    return assisted_decoding_calls(utils, "prepare_inputs_for_generation")
+
+
 def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool) -> list[str]:
-    """Upstream's test files that cover what the patch touches: the touched models' tests and touched test files;
-    for shared code tests/generation, and with `full` every model's tests as well."""
+    """Upstream's test files that cover what the patch touches: the touched models' tests (where the change can reach
+    assisted decoding) and touched test files; for shared code tests/generation, and with `full` every model's
+    assisted tests as well."""
     if full:
-        models = sorted(
-            str(path.relative_to(clone)) for path in (clone / "tests" / "models").glob("*/test_modeling_*.py")
-        )
-        return [path for path in models if not any(marker in path for marker in NOT_IMPORTABLE)] + ["tests/generation"]
+        return assisted_test_files(clone) + ["tests/generation"]
     paths = ["tests/generation"] if shared else []
     for path in files:
         parts = path.split("/")
@@ -165,7 +242,7 @@ def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool)
             paths.append(path)
         elif len(parts) == 5 and parts[:3] == ["src", "transformers", "models"] and parts[4].startswith("modeling_"):
             test = f"tests/models/{parts[3]}/test_{parts[4]}"
-            if not any(marker in parts[4] for marker in NOT_IMPORTABLE):
+            if not any(marker in parts[4] for marker in NOT_IMPORTABLE) and reaches_assisted_decoding(clone, path):
                 paths.append(test)
     return sorted({path for path in paths if (clone / path).exists()})
 
@@ -185,18 +262,60 @@ def run_upstream_tests(clone: Path, python: str, paths: list[str], timeout: int)
     return ("OK" if process.returncode == 0 else "upstream"), process.stdout + process.stderr
 
 
-def start_copies_check(clone: Path, python: str | None) -> subprocess.Popen | None:
+# Runs in the clone, with upstream's utils/ on the path: its own check of the `# Copied from` blocks, on the files
+# a patch can have put out of step (the whole check, model lists included, with no file named).
+COPIES_DRIVER = """
+import sys
+sys.path.insert(0, "utils")
+import check_copies
+files = sys.argv[1:]
+if not files:
+    check_copies.check_copies()
+    sys.exit(0)
+diffs = [f"- {name}: copy does not match {diff[0]} at line {diff[1]}"
+         for name in files for diff in check_copies.is_copy_consistent(name)]
+if diffs:
+    sys.exit("Found the following copy inconsistencies:\\n" + "\\n".join(diffs))
+"""
+
+
+def copies_to_check(clone: Path, files: list[str]) -> list[str] | None:
+    """The files whose `# Copied from` blocks the patch can have put out of step: those it touches, and those that
+    copy from a module it touches. None where upstream's whole check must run (the patch touches something else than
+    Python files of the package, such as the model lists of README.md and docs/)."""
+    modules = [module_name(path) for path in files if path.startswith("src/transformers/")]
+    if any(module is None for module in modules) or any(not path.startswith(("src/", "tests/")) for path in files):
+        return None
+    candidates = {path for path in files if path.startswith("src/transformers/")}
+    markers = [f"Copied from {module}." for module in modules]
+    for path in (clone / "src" / "transformers").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if any(marker in text for marker in markers):
+            candidates.add(str(path.relative_to(clone)))
+    return sorted(candidates)
+
+
+def start_copies_check(clone: Path, python: str | None, files: list[str] | None) -> subprocess.Popen | None:
     if python is None:
         return None
     env = dict(os.environ, PYTHONPATH=str(clone / "src"), TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
     return subprocess.Popen(
-        [os.path.abspath(python), "utils/check_copies.py"],
+        [os.path.abspath(python), "-c", COPIES_DRIVER, *(files or [])],
         cwd=clone,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def plan_line(classes: list[str] | None, upstream_paths: list[str], group_end: bool, copies: bool) -> str:
+    """What a prefix runs, in words."""
+    regression = "all" if classes is None else (f"{len(classes)} classes" if classes else "none")
+    upstream = (
+        "every model's (group end)" if group_end else (f"{len(upstream_paths)} paths" if upstream_paths else "none")
+    )
+    return f"regression [{regression}]; upstream -k assisted [{upstream}]; check_copies [{'yes' if copies else 'no'}]"
 
 
 def tail(text: str, lines: int = 25) -> str:
@@ -226,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         "--copies-python", help="run upstream's utils/check_copies.py per prefix with this interpreter"
     )
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed to one prefix's tests")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="apply the patches and print what each prefix would run, without running it",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone and print where it is")
     parser.add_argument(
         "--keep-going", action="store_true", help="check the later prefixes too after an import or test failure"
@@ -239,9 +363,11 @@ def main(argv: list[str] | None = None) -> int:
     missing = [t for t in args.tests if not (REPO / t).is_file()]
     if missing and not args.no_tests:
         parser.error(f"regression test files missing: {', '.join(missing)} (or pass --no-tests)")
-    names = read_series(args.patches)
-    if not names:
+    entries = read_series(args.patches)
+    if not entries:
         parser.error(f"{args.patches}/series lists no patch")
+    names = [name for name, _ in entries]
+    ends = group_ends(entries)
 
     for k, name in enumerate(names, start=1):
         if not (args.patches / name).is_file():
@@ -267,14 +393,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: BROKEN: patch {k} ({name}) does not apply\n{tail(applied.stdout + applied.stderr)}")
                 return fail(k, name, started)
             files = touched_files(clone)
-            modules, classes = scope_of(clone, files)
-            upstream_paths = upstream_test_paths(clone, files, shared=classes is None, full=args.full)
+            modules, classes, shared = scope_of(clone, files)
+            group_end = k in ends
+            upstream_paths = upstream_test_paths(clone, files, shared=shared, full=args.full or group_end)
             if args.full:
                 classes = None
+            if args.plan:
+                print(f"{label}: {plan_line(classes, upstream_paths, group_end, checks_copies(files))}")
+                continue
             tick = time.monotonic()
             if args.no_tests:
                 classes = []
-            copies = start_copies_check(clone, args.copies_python)
+            copies = start_copies_check(
+                clone, args.copies_python if checks_copies(files) else None, copies_to_check(clone, files)
+            )
             verdict, output = run_prefix(clone, args.python, args.tests, modules, classes, args.timeout)
             scope = "all" if classes is None else (f"{len(classes)} classes" if classes else "none")
             upstream = ""
@@ -288,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                 if copies.returncode and verdict == "OK":
                     verdict, output = "copies", copies_output
                 upstream += "; check_copies: " + ("OK" if copies.returncode == 0 else "FAILED")
+            elif args.copies_python is not None:
+                upstream += "; check_copies: not needed"
             seconds = f"{time.monotonic() - tick:.0f}s"
             if verdict == "OK":
                 tests = summary_line(output) or ("no test selected" if classes != [] else "not run")
@@ -304,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.keep_going:
                 return fail(k, name, started)
             broken.append((k, name))
+        if args.plan:
+            return 0
         if broken:
             return fail(*broken[0], started, also=[k for k, _ in broken[1:]])
         print(
