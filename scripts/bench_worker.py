@@ -227,8 +227,24 @@ def checksum(*models):
     return digest.hexdigest()[:16]
 
 
+# Calls that make the host wait for the device (on a GPU, a stall of the pipeline): reading a value, a length or a
+# bool out of a tensor, and indexing with a boolean mask (its result's size depends on the values).
+SYNC_FUNCTIONS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu"})
+
+
+def is_sync(name, args):
+    """Whether the torch call `name` with `args` waits for the device."""
+    if name in SYNC_FUNCTIONS:
+        return True
+    if name == "__getitem__" and len(args) > 1:
+        indices = args[1] if isinstance(args[1], tuple) else (args[1],)
+        return any(torch.is_tensor(index) and index.dtype == torch.bool for index in indices)
+    return False
+
+
 class OpCounter:
-    """Counts the torch operations called outside the model forwards (the `Clock`'s depth is 0 there), by name.
+    """Counts the torch operations called outside the model forwards (the `Clock`'s depth is 0 there), by name, and
+    among them the host-device synchronizations (`is_sync`).
 
     Through `torch.overrides.TorchFunctionMode`, which sees every torch function and tensor method called from
     Python. Attribute reads (`.shape`, `.device`: `__get__`) are not operations and are left out.
@@ -238,6 +254,7 @@ class OpCounter:
         from torch.overrides import TorchFunctionMode
 
         counts = self.counts = {}
+        syncs = self.syncs = {}
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -245,6 +262,8 @@ class OpCounter:
                     name = getattr(func, "__name__", str(func))
                     if name != "__get__":
                         counts[name] = counts.get(name, 0) + 1
+                        if is_sync(name, args):
+                            syncs[name] = syncs.get(name, 0) + 1
                 return func(*args, **(kwargs or {}))
 
         self.mode = Mode()
@@ -315,13 +334,19 @@ class Worker:
         """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask); with
         `count_ops`, the operations run outside the model forwards are counted (and the timings are not worth
         keeping)."""
-        from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+        from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
 
         clock = self.clock
         target, assistant, workload_prompt, weights = self.workload(workload)
         prompt = workload_prompt if prompt is None else prompt
 
-        class RoundEnd(StoppingCriteria):
+        class RoundEnd(MaxLengthCriteria):
+            """Timestamps the rounds; a length limit that is never reached, so that the loops call it as they call the
+            length limits (the fork calls other criteria after every accepted token, not only after the round)."""
+
+            def __init__(self):
+                super().__init__(max_length=2**31)
+
             def __call__(self, input_ids, scores, **kwargs):
                 clock.round_end(input_ids.shape[-1])
                 return False
@@ -453,6 +478,8 @@ class Worker:
             "rows": output[:, start_length:].tolist() if keep_rows else None,
             "ops_outside": sum(counter.counts.values()) if counter is not None else None,
             "ops_by_name": counter.counts if counter is not None else None,
+            "syncs_outside": sum(counter.syncs.values()) if counter is not None else None,
+            "syncs_by_name": counter.syncs if counter is not None else None,
         }
 
     def batch_prompt(self, prompts, pad_token_id=0):
