@@ -1,0 +1,136 @@
+"""What one round of assisted decoding costs around the forward passes: host-device synchronizations and rounds.
+
+Counted, not timed (timing belongs in `make bench`): a sync is a call that makes the host wait for the device (on a
+GPU, a stall of the pipeline), as `scripts/bench_worker.py` counts them (`.item()`, `bool()`, `int()`, `float()` or
+an index of a tensor, `.tolist()`, `nonzero`, `.cpu()`, boolean-mask indexing), outside the forward passes of the
+two models. The per-round figure is the difference between two calls that differ only in their length, divided by
+their difference in rounds: the set-up of `generate` cancels out.
+
+What each test fails on:
+- `test_syncs_per_round`: stock 4.31.0 (one sync per draft step to look for EOS, four or five more per round to
+  decide the number of matches), and a loop that checks the vocabulary of the candidates per round.
+- `test_first_round_drafts`: a loop whose first round runs the prompt alone (one more verification per call than
+  stock and upstream), for a model that does not declare it needs that.
+- `test_first_round_of_a_model_that_numbers_its_prompt_apart`: a loop that drafts in the first round of RoBERTa,
+  whose uncached forward pass numbers a padded prompt otherwise than the cached passes (other tokens than greedy).
+"""
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import pytest
+from transformers import GPT2LMHeadModel, RobertaForCausalLM
+
+from integration._common import assert_same_tokens, run
+from support.tiny_models import draft_model, generation_inputs, tiny_model
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+# one sync to decide the matches of a round, one to tell whether every row is finished (with an EOS token)
+MAX_SYNCS_PER_ROUND = 2
+
+
+def _is_sync():
+    spec = importlib.util.spec_from_file_location("bench_worker_for_tests", SCRIPTS / "bench_worker.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.is_sync
+
+
+class _Count:
+    """Counts the syncs outside the forward passes of `models`, and the forward passes of the first one."""
+
+    def __init__(self, *models):
+        from torch.overrides import TorchFunctionMode
+
+        is_sync = _is_sync()
+        self.syncs = 0
+        self.depth = 0
+        self.target_forwards = 0
+        self.target_input_lengths = []  # the number of tokens given to each forward pass of the target
+        counter = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if counter.depth == 0 and is_sync(getattr(func, "__name__", ""), args):
+                    counter.syncs += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.handles = []
+        for index, model in enumerate(models):
+            self.handles.append(model.register_forward_pre_hook(self._enter(index == 0), with_kwargs=True))
+            self.handles.append(model.register_forward_hook(self._leave))
+
+    def _enter(self, is_target):
+        def hook(module, args, kwargs):
+            self.depth += 1
+            if is_target and self.depth == 1:
+                self.target_forwards += 1
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                self.target_input_lengths.append(ids.shape[1])
+
+        return hook
+
+    def _leave(self, module, args, output):
+        self.depth -= 1
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def _counted(target, assistant, max_new_tokens):
+    inputs = dict(generation_inputs(target, "plain"), max_new_tokens=max_new_tokens)
+    # an EOS token that the tiny model never picks: the loop looks for it every round
+    inputs.update(eos_token_id=target.config.vocab_size - 1, pad_token_id=0)
+    counter = _Count(target, assistant)
+    try:
+        with counter.mode:
+            output = run(target, assistant, **inputs)
+    finally:
+        counter.remove()
+    return counter, output
+
+
+@pytest.mark.parametrize("assistant_kind", ["draft", "itself"])
+def test_syncs_per_round(assistant_kind):
+    target = tiny_model(GPT2LMHeadModel, seed=0)
+    assistant = draft_model(target) if assistant_kind == "draft" else copy.deepcopy(target)
+    short, _ = _counted(target, assistant, 8)
+    long, _ = _counted(target, assistant, 32)
+    rounds = long.target_forwards - short.target_forwards
+    assert rounds > 0, "no more rounds for more tokens"
+    per_round = (long.syncs - short.syncs) / rounds
+    assert per_round <= MAX_SYNCS_PER_ROUND, (
+        f"{per_round:.1f} host-device syncs per round ({long.syncs - short.syncs} over {rounds} rounds)"
+    )
+
+
+def test_first_round_drafts():
+    """A copy of the model as the assistant accepts every candidate: 5 drafted in the first round, 7 in the second,
+    then what `max_length` leaves: 16 new tokens in 3 verifications, as on stock 4.31.0."""
+    target = tiny_model(GPT2LMHeadModel, seed=0)
+    counter, output = _counted(target, copy.deepcopy(target), 16)
+    assert output.shape[1] - generation_inputs(target, "plain")["input_ids"].shape[1] == 16
+    assert counter.target_forwards == 3, f"{counter.target_forwards} verifications for 16 tokens"
+
+
+def test_first_round_of_a_model_that_numbers_its_prompt_apart():
+    """RoBERTa's position ids come from the padding of `input_ids` in an uncached pass, and from the cache length in
+    the cached ones: its first round runs the padded prompt alone (it declares so), and the output is greedy's."""
+    target = tiny_model(RobertaForCausalLM, seed=0)
+    assert target._verify_candidates_with_prompt is False
+    inputs = generation_inputs(target, "left_pad")
+    greedy = run(target, **inputs)
+    assistant = copy.deepcopy(target)
+    counter = _Count(target, assistant)
+    try:
+        assisted = run(target, assistant, **inputs)
+    finally:
+        counter.remove()
+    assert_same_tokens(greedy, assisted)
+    prompt_length = inputs["input_ids"].shape[1]
+    assert counter.target_input_lengths[0] == prompt_length, (
+        f"the first verification got {counter.target_input_lengths[0]} tokens for a prompt of {prompt_length}"
+    )
