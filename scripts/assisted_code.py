@@ -110,42 +110,6 @@ def only_changes_assisted_decoding(old: str, new: str) -> bool:
     return changed <= (assisted_only(old) | assisted_only(new))
 
 
-def assisted_decoding_calls(source: str, name: str) -> bool:
-    """Whether `assisted_decoding` reaches the `GenerationMixin` method or module function `name`."""
-    known = definitions(ast.parse(source))
-    return name in _reach(known, [ASSISTED])
-
-
-def changed_methods(old: str, new: str) -> tuple[set[str], bool]:
-    """(names of the methods added, removed or changed in the classes of a model file; whether anything else changed,
-    imports aside: module statements, class attributes, functions)."""
-
-    def split(source):
-        methods, others = {}, []
-        for node in ast.parse(source).body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
-            if isinstance(node, ast.ClassDef):
-                for sub in node.body:
-                    if isinstance(sub, ast.FunctionDef):
-                        methods[f"{node.name}.{sub.name}"] = ast.dump(sub)
-                    else:
-                        others.append(ast.dump(sub))
-                others.append(ast.dump(ast.ClassDef(node.name, node.bases, node.keywords, [], node.decorator_list)))
-            else:
-                others.append(ast.dump(node))
-        return methods, others
-
-    old_methods, old_others = split(old)
-    new_methods, new_others = split(new)
-    changed = {
-        name.split(".", 1)[1]
-        for name in old_methods.keys() | new_methods.keys()
-        if old_methods.get(name) != new_methods.get(name)
-    }
-    return changed, old_others != new_others
-
-
 def _docstring_lines(tree: ast.Module) -> set[int]:
     lines = set()
     for node in ast.walk(tree):

@@ -53,12 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-from assisted_code import (  # noqa: E402
-    UTILS,
-    assisted_decoding_calls,
-    changed_methods,
-    only_changes_assisted_decoding,
-)
+from assisted_code import UTILS, only_changes_assisted_decoding  # noqa: E402
 
 PRISTINE_TAG = "upstream-v4.31.0"
 REGRESSION_TESTS = ("tests/models/test_plain_unchanged.py", "tests/models/test_slicing.py")
@@ -217,22 +212,9 @@ def assisted_test_files(clone: Path) -> list[str]:
     return found
 
 
-def reaches_assisted_decoding(clone: Path, path: str) -> bool:
-    """Whether the patch's change to a model file can change what upstream's assisted tests run: not when it only
-    changes `prepare_inputs_for_generation` while the prefix's assisted decoding calls the models by hand."""
-    methods, other = changed_methods(
-        git(clone, "show", f"HEAD~1:{path}", check=False).stdout, (clone / path).read_text()
-    )
-    if other or methods - {"prepare_inputs_for_generation"}:
-        return True
-    utils = git(clone, "show", f"HEAD:{UTILS}").stdout
-    return assisted_decoding_calls(utils, "prepare_inputs_for_generation")
-
-
 def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool) -> list[str]:
-    """Upstream's test files that cover what the patch touches: the touched models' tests (where the change can reach
-    assisted decoding) and touched test files; for shared code tests/generation, and with `full` every model's
-    assisted tests as well."""
+    """Upstream's test files that cover what the patch touches: the touched models' tests and touched test files; for
+    shared code tests/generation, and with `full` every model's assisted tests as well."""
     if full:
         return assisted_test_files(clone) + ["tests/generation"]
     paths = ["tests/generation"] if shared else []
@@ -242,7 +224,7 @@ def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool)
             paths.append(path)
         elif len(parts) == 5 and parts[:3] == ["src", "transformers", "models"] and parts[4].startswith("modeling_"):
             test = f"tests/models/{parts[3]}/test_{parts[4]}"
-            if not any(marker in parts[4] for marker in NOT_IMPORTABLE) and reaches_assisted_decoding(clone, path):
+            if not any(marker in parts[4] for marker in NOT_IMPORTABLE):
                 paths.append(test)
     return sorted({path for path in paths if (clone / path).exists()})
 
@@ -346,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=int, default=600, help="seconds allowed to one prefix's tests")
     parser.add_argument(
+        "--no-group-runs",
+        action="store_true",
+        help="let group ends and the tip run their own scope only, not every model's assisted tests",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="apply the patches and print what each prefix would run, without running it",
@@ -394,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                 return fail(k, name, started)
             files = touched_files(clone)
             modules, classes, shared = scope_of(clone, files)
-            group_end = k in ends
+            group_end = k in ends and not args.no_group_runs
             upstream_paths = upstream_test_paths(clone, files, shared=shared, full=args.full or group_end)
             if args.full:
                 classes = None

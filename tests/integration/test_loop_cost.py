@@ -102,9 +102,9 @@ def test_syncs_per_round(assistant_kind):
     rounds = long.target_forwards - short.target_forwards
     assert rounds > 0, "no more rounds for more tokens"
     per_round = (long.syncs - short.syncs) / rounds
-    assert per_round <= MAX_SYNCS_PER_ROUND, (
-        f"{per_round:.1f} host-device syncs per round ({long.syncs - short.syncs} over {rounds} rounds)"
-    )
+    assert (
+        per_round <= MAX_SYNCS_PER_ROUND
+    ), f"{per_round:.1f} host-device syncs per round ({long.syncs - short.syncs} over {rounds} rounds)"
 
 
 def test_first_round_drafts():
@@ -131,6 +131,6 @@ def test_first_round_of_a_model_that_numbers_its_prompt_apart():
         counter.remove()
     assert_same_tokens(greedy, assisted)
     prompt_length = inputs["input_ids"].shape[1]
-    assert counter.target_input_lengths[0] == prompt_length, (
-        f"the first verification got {counter.target_input_lengths[0]} tokens for a prompt of {prompt_length}"
-    )
+    assert (
+        counter.target_input_lengths[0] == prompt_length
+    ), f"the first verification got {counter.target_input_lengths[0]} tokens for a prompt of {prompt_length}"

@@ -54,6 +54,7 @@ GPT2 = "src/transformers/models/gpt2/modeling_gpt2.py"
 BLOOM = "src/transformers/models/bloom/modeling_bloom.py"
 GENERATION = "src/transformers/generation/utils.py"
 LOGGER = "logger = logging.get_logger(__name__)\n"
+ASSISTED_LINE = "        # Assistant: initialize assistant-related variables\n"
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +66,11 @@ def patches(tmp_path_factory):
     subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "a", PRISTINE_TAG], check=True)
     edit(scratch, GPT2, LOGGER, LOGGER + "# gpt2 patched\n")
     commit(scratch, "models: gpt2")
-    edit(scratch, GENERATION, LOGGER, LOGGER + "# generation patched\n")
+    edit(scratch, GENERATION, LOGGER, LOGGER + "GENERATION_PATCHED = True\n")
     commit(scratch, "generation: utils")
+    # a change to assisted_decoding alone: plain generation cannot change
+    edit(scratch, GENERATION, ASSISTED_LINE, ASSISTED_LINE + "        pad_token_id = pad_token_id\n")
+    commit(scratch, "generation: assisted decoding")
     subprocess.run(["git", "-C", str(scratch), "checkout", "-q", "-b", "b", PRISTINE_TAG], check=True)
     edit(scratch, BLOOM, LOGGER, LOGGER + "BREAKS_REGRESSION = True\n")
     commit(scratch, "models: bloom breaks the regression tests")
@@ -84,7 +88,7 @@ def patches(tmp_path_factory):
     commit(scratch, "models: gpt2 breaks greedy search")
     out = root / "all"
     made = {}
-    for branch, count in (("a", 2), ("b", 1), ("c", 1), ("d", 1), ("e", 1)):
+    for branch, count in (("a", 3), ("b", 1), ("c", 1), ("d", 1), ("e", 1)):
         names = subprocess.run(
             ["git", "-C", str(scratch), "format-patch", "-o", str(out), f"{PRISTINE_TAG}..{branch}"],
             capture_output=True,
@@ -98,10 +102,16 @@ def patches(tmp_path_factory):
 
 
 def series(tmp_path: Path, patches: dict, *keys: str) -> Path:
+    """A series of the given patches; a key `group:NAME` starts a group."""
     folder = tmp_path / "patches"
     folder.mkdir()
     lines = ["# the order is bisectable"]
-    for number, key in enumerate(keys, start=1):
+    number = 0
+    for key in keys:
+        if key.startswith("group:"):
+            lines.append(f"# group: {key[len('group:'):]}")
+            continue
+        number += 1
         name = f"{number:04d}-{key}.patch"
         (folder / name).write_bytes(patches[key].read_bytes())
         lines.append(name)
@@ -110,8 +120,11 @@ def series(tmp_path: Path, patches: dict, *keys: str) -> Path:
 
 
 def check(folder: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """check_series on the folder; every model's assisted tests at the tip only with `--plan` (they take minutes)."""
     test = tmp_path / "test_fake_regression.py"
     test.write_text(textwrap.dedent(FAKE_REGRESSION_TEST))
+    if "--plan" not in args:
+        args = ("--no-group-runs", *args)
     return subprocess.run(
         [sys.executable, str(SCRIPT), "--patches", str(folder), "--tests", str(test), *args],
         capture_output=True,
@@ -121,15 +134,29 @@ def check(folder: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProce
 
 
 def test_good_series_passes(patches, tmp_path):
-    result = check(series(tmp_path, patches, "a1", "a2"), tmp_path)
+    result = check(series(tmp_path, patches, "a1", "a2", "a3"), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    # Upstream's assisted tests: GPT-2's for the GPT-2 patch, tests/generation's for the generation patch.
-    assert all("upstream -k assisted: OK" in line for line in lines if line.startswith("[")), lines
-    # A model patch runs the tests of the classes its files define; a generation patch runs all of them.
-    assert any(line.startswith("[1/2] 0001-a1.patch: OK") and "1 passed, 2 deselected" in line for line in lines)
-    assert any(line.startswith("[2/2] 0002-a2.patch: OK") and "tests [all]: 3 passed" in line for line in lines)
-    assert "check_series: OK: all 2 prefixes apply, import and pass" in result.stdout
+    # Upstream's assisted tests: tests/generation's for the generation patches (the GPT-2 patch touches a comment).
+    assert all("upstream -k assisted: OK" in line for line in lines if line.startswith("[2/3]")), lines
+    # A model patch runs the tests of the classes its files define; a generation patch runs all of them, unless it
+    # only changes what assisted decoding alone runs.
+    assert any(line.startswith("[1/3] 0001-a1.patch: OK") and "1 passed, 2 deselected" in line for line in lines)
+    assert any(line.startswith("[2/3] 0002-a2.patch: OK") and "tests [all]: 3 passed" in line for line in lines)
+    assert any(line.startswith("[3/3] 0003-a3.patch: OK") and "tests [none]" in line for line in lines), lines
+    assert "check_series: OK: all 3 prefixes apply, import and pass" in result.stdout
+
+
+def test_plan_runs_every_model_at_group_ends(patches, tmp_path):
+    """The last patch of each group and the tip run every model's assisted tests; the others what they touch."""
+    result = check(series(tmp_path, patches, "group:models", "a1", "group:generation", "a2", "a3"), tmp_path, "--plan")
+    assert result.returncode == 0, result.stdout + result.stderr
+    plan = {line.split(":", 1)[0]: line for line in result.stdout.splitlines() if line.startswith("[")}
+    assert "upstream -k assisted [every model's (group end)]" in plan["[1/3] 0001-a1.patch"]
+    assert "upstream -k assisted [every model's (group end)]" not in plan["[2/3] 0002-a2.patch"]
+    assert "regression [all]" in plan["[2/3] 0002-a2.patch"]
+    assert "upstream -k assisted [every model's (group end)]" in plan["[3/3] 0003-a3.patch"]
+    assert "regression [none]" in plan["[3/3] 0003-a3.patch"]
 
 
 def test_regression_failure_names_the_prefix(patches, tmp_path):
