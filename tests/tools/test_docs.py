@@ -58,6 +58,26 @@ def test_upstream_pr_follows_the_template():
         assert needed in text
 
 
+def series_groups() -> list[str]:
+    """The groups of patches/series (`# group: NAME` lines), in order."""
+    series = REPO / "patches" / "series"
+    if not series.exists():
+        return []
+    return [line.split(":", 1)[1].strip() for line in series.read_text().splitlines() if line.startswith("# group:")]
+
+
+def test_upstream_pr_has_one_section_per_group_with_its_behaviour_changes():
+    groups = series_groups()
+    if not groups:
+        pytest.skip("patches/series names no group")
+    text = (DOCS / "upstream-pr.md").read_text()
+    sections = re.split(r"^## PR \d+ ", text, flags=re.MULTILINE)[1:]
+    assert [re.match(r"\(`([^`]+)`\)", section).group(1) for section in sections] == groups
+    assert groups[0] == "fix" and "Fixes #25020" in sections[0]
+    for group, section in zip(groups, sections, strict=True):
+        assert "## Behaviour changes against v4.31.0" in section, f"the PR text of {group} lists no behaviour change"
+
+
 def test_cover_letter_lists_the_series_in_order():
     subjects = series_subjects()
     if not subjects:
