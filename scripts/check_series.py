@@ -47,7 +47,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -168,7 +170,13 @@ def checks_copies(files: list[str]) -> bool:
 
 
 def run_prefix(
-    clone: Path, python: str, tests: list[str], modules: list[str], classes: list[str] | None, timeout: int
+    clone: Path,
+    python: str,
+    tests: list[str],
+    modules: list[str],
+    classes: list[str] | None,
+    timeout: int,
+    workers: int = 2,
 ) -> tuple[str, str]:
     """('OK' | 'import' | 'tests' | 'timeout', output) for the prefix checked out in `clone`."""
     pytest_args: list[str] = []
@@ -176,8 +184,8 @@ def run_prefix(
         pytest_args = [*tests, "-q", "-x", "-p", "no:cacheprovider", "--no-header"]
         if classes:
             pytest_args += ["-k", " or ".join(classes)]
-        else:
-            pytest_args += ["-n", "2"]  # the whole regression part: on two workers
+        elif workers > 1:
+            pytest_args += ["-n", str(workers)]  # the whole regression part
     env = dict(os.environ, PYTHONPATH=str(clone / "src"), TRANSFORMERS_TREE=str(clone), SERIES_PARTIAL="1")
     try:
         process = subprocess.run(
@@ -229,14 +237,15 @@ def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool)
     return sorted({path for path in paths if (clone / path).exists()})
 
 
-def run_upstream_tests(clone: Path, python: str, paths: list[str], timeout: int) -> tuple[str, str]:
+def run_upstream_tests(clone: Path, python: str, paths: list[str], timeout: int, workers: int = 2) -> tuple[str, str]:
     """('OK' | 'upstream' | 'timeout', output) of upstream's assisted tests in these paths of the clone."""
     if not paths:
         return "OK", "upstream_tests: no upstream test file covers the patch"
     command = [python, str(REPO / "scripts" / "upstream_tests.py"), "--tree", str(clone), "-k", "assisted", "--slow"]
     # Two xdist workers each import torch and collect every path: worth it only for more than a few test files.
-    jobs = "2" if len(paths) > 4 else "1"
-    command += ["--python", python, "--out", str(clone.parent / "upstream-tests"), "-n", jobs, *paths]
+    jobs = str(workers) if len(paths) > 4 else "1"
+    out = clone.parent / f"upstream-tests-{clone.name}"
+    command += ["--python", python, "--out", str(out), "-n", jobs, *paths]
     try:
         process = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as error:
@@ -337,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="apply the patches and print what each prefix would run, without running it",
     )
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="prefixes checked at the same time, each on a work tree (default 2)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone and print where it is")
     parser.add_argument(
         "--keep-going", action="store_true", help="check the later prefixes too after an import or test failure"
@@ -369,64 +381,25 @@ def main(argv: list[str] | None = None) -> int:
             ["git", "clone", "-q", "--shared", "--no-checkout", str(args.source.resolve()), str(clone)], check=True
         )
         git(clone, "checkout", "-q", "-B", "series-check", PRISTINE_TAG)
-        print(f"check_series: {len(names)} patches on {PRISTINE_TAG}, in {clone}")
-        broken: list[tuple[int, str]] = []
+        print(f"check_series: {len(names)} patches on {PRISTINE_TAG}, in {clone}", flush=True)
+        # 1. every patch in turn, one commit per prefix
+        commits, not_applied = [], None
         for k, name in enumerate(names, start=1):
-            label = f"[{k}/{len(names)}] {name}"
-            patch = args.patches / name
-            applied = git(clone, "am", "-q", str(patch.resolve()), check=False)
+            applied = git(clone, "am", "-q", str((args.patches / name).resolve()), check=False)
             if applied.returncode:
                 git(clone, "am", "--abort", check=False)
-                print(f"{label}: BROKEN: patch {k} ({name}) does not apply\n{tail(applied.stdout + applied.stderr)}")
-                return fail(k, name, started)
-            files = touched_files(clone)
-            modules, classes, shared = scope_of(clone, files)
-            group_end = k in ends and not args.no_group_runs
-            upstream_paths = upstream_test_paths(clone, files, shared=shared, full=args.full or group_end)
-            if args.full:
-                classes = None
-            if args.plan:
-                print(f"{label}: {plan_line(classes, upstream_paths, group_end, checks_copies(files))}")
-                continue
-            tick = time.monotonic()
-            if args.no_tests:
-                classes = []
-            copies = start_copies_check(
-                clone, args.copies_python if checks_copies(files) else None, copies_to_check(clone, files)
-            )
-            verdict, output = run_prefix(clone, args.python, args.tests, modules, classes, args.timeout)
-            scope = "all" if classes is None else (f"{len(classes)} classes" if classes else "none")
-            upstream = ""
-            if verdict == "OK" and not (args.no_tests or args.no_upstream_tests):
-                verdict, upstream_output = run_upstream_tests(clone, args.python, upstream_paths, args.timeout)
-                last = upstream_output.strip().splitlines()[-1] if upstream_output.strip() else "-"
-                upstream = "; upstream -k assisted: " + last.split(": ", 1)[-1].split(" (junit xml")[0]
-                output = upstream_output if verdict != "OK" else output
-            if copies is not None:
-                copies_output = copies.communicate()[0]
-                if copies.returncode and verdict == "OK":
-                    verdict, output = "copies", copies_output
-                upstream += "; check_copies: " + ("OK" if copies.returncode == 0 else "FAILED")
-            elif args.copies_python is not None:
-                upstream += "; check_copies: not needed"
-            seconds = f"{time.monotonic() - tick:.0f}s"
-            if verdict == "OK":
-                tests = summary_line(output) or ("no test selected" if classes != [] else "not run")
-                print(f"{label}: OK (imports {len(modules)} modules; tests [{scope}]: {tests}{upstream}; {seconds})")
-                continue
-            what = {
-                "import": "an import fails",
-                "tests": f"the regression tests fail (scope: {scope})",
-                "timeout": f"the tests ran past {args.timeout}s",
-                "upstream": f"upstream's assisted tests fail ({len(upstream_paths)} test paths)",
-                "copies": "upstream's utils/check_copies.py finds copies that differ from their source",
-            }[verdict]
-            print(f"{label}: BROKEN: prefix {k} ({name}): {what}\n{tail(output, 40)}")
-            if not args.keep_going:
-                return fail(k, name, started)
+                not_applied = (k, name, tail(applied.stdout + applied.stderr))
+                break
+            commits.append(git(clone, "rev-parse", "HEAD").stdout.strip())
+        # 2. each prefix on a work tree of its own, `--jobs` at a time, reported in order
+        checked = check_prefixes(args, clone, names, commits, ends, workdir)
+        broken = [(k, name) for k, name, ok in checked if not ok]
+        if not_applied is not None and (not broken or args.keep_going):
+            k, name, why = not_applied
+            print(f"[{k}/{len(names)}] {name}: BROKEN: patch {k} ({name}) does not apply\n{why}")
             broken.append((k, name))
         if args.plan:
-            return 0
+            return 1 if not_applied else 0
         if broken:
             return fail(*broken[0], started, also=[k for k, _ in broken[1:]])
         print(
@@ -438,6 +411,88 @@ def main(argv: list[str] | None = None) -> int:
             print(f"check_series: kept {clone}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def check_prefixes(args, clone: Path, names: list[str], commits: list[str], ends: set[int], workdir: Path):
+    """[(k, name, ok)] for the prefixes checked, in order; after a broken one, the later ones are not started
+    (unless `--keep-going`)."""
+    results: dict[int, tuple[bool, str]] = {}
+    stop = threading.Event()
+    workers = 1 if args.jobs > 1 else 2  # the test runs inside a prefix: on the cores the prefixes leave
+
+    def one(k: int) -> None:
+        if stop.is_set():
+            return
+        tree = workdir / f"prefix-{k:03d}"
+        git(clone, "worktree", "add", "-q", "--detach", str(tree), commits[k - 1])
+        try:
+            ok, text = check_prefix(args, tree, k, names[k - 1], len(names), k in ends, workers)
+        finally:
+            git(clone, "worktree", "remove", "--force", str(tree), check=False)
+        results[k] = (ok, text)
+        if not ok and not args.keep_going:
+            stop.set()
+
+    done = []
+    with ThreadPoolExecutor(max_workers=1 if args.plan else args.jobs) as pool:
+        futures = [pool.submit(one, k) for k in range(1, len(commits) + 1)]
+        for k, future in enumerate(futures, start=1):
+            future.result()
+            if k not in results:
+                break
+            ok, text = results[k]
+            print(text, flush=True)
+            done.append((k, names[k - 1], ok))
+            if not ok and not args.keep_going:
+                stop.set()
+                break
+    return done
+
+
+def check_prefix(args, tree: Path, k: int, name: str, count: int, is_group_end: bool, workers: int):
+    """(ok, the line to print) for prefix k, checked out in `tree`."""
+    label = f"[{k}/{count}] {name}"
+    files = touched_files(tree)
+    modules, classes, shared = scope_of(tree, files)
+    group_end = is_group_end and not args.no_group_runs
+    upstream_paths = upstream_test_paths(tree, files, shared=shared, full=args.full or group_end)
+    if args.full:
+        classes = None
+    if args.plan:
+        return True, f"{label}: {plan_line(classes, upstream_paths, group_end, checks_copies(files))}"
+    tick = time.monotonic()
+    if args.no_tests:
+        classes = []
+    copies = start_copies_check(
+        tree, args.copies_python if checks_copies(files) else None, copies_to_check(tree, files)
+    )
+    verdict, output = run_prefix(tree, args.python, args.tests, modules, classes, args.timeout, workers)
+    scope = "all" if classes is None else (f"{len(classes)} classes" if classes else "none")
+    upstream = ""
+    if verdict == "OK" and not (args.no_tests or args.no_upstream_tests):
+        verdict, upstream_output = run_upstream_tests(tree, args.python, upstream_paths, args.timeout, workers)
+        last = upstream_output.strip().splitlines()[-1] if upstream_output.strip() else "-"
+        upstream = "; upstream -k assisted: " + last.split(": ", 1)[-1].split(" (junit xml")[0]
+        output = upstream_output if verdict != "OK" else output
+    if copies is not None:
+        copies_output = copies.communicate()[0]
+        if copies.returncode and verdict == "OK":
+            verdict, output = "copies", copies_output
+        upstream += "; check_copies: " + ("OK" if copies.returncode == 0 else "FAILED")
+    elif args.copies_python is not None:
+        upstream += "; check_copies: not needed"
+    seconds = f"{time.monotonic() - tick:.0f}s"
+    if verdict == "OK":
+        tests = summary_line(output) or ("no test selected" if classes != [] else "not run")
+        return True, f"{label}: OK (imports {len(modules)} modules; tests [{scope}]: {tests}{upstream}; {seconds})"
+    what = {
+        "import": "an import fails",
+        "tests": f"the regression tests fail (scope: {scope})",
+        "timeout": f"the tests ran past {args.timeout}s",
+        "upstream": f"upstream's assisted tests fail ({len(upstream_paths)} test paths)",
+        "copies": "upstream's utils/check_copies.py finds copies that differ from their source",
+    }[verdict]
+    return False, f"{label}: BROKEN: prefix {k} ({name}): {what}\n{tail(output, 40)}"
 
 
 def fail(k: int, name: str, started: float, also: list[int] | None = None) -> int:
