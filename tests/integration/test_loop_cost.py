@@ -31,7 +31,7 @@ MAX_SYNCS_PER_ROUND = 2
 
 
 def _is_sync():
-    spec = importlib.util.spec_from_file_location("bench_worker_for_tests", SCRIPTS / "bench_worker.py")
+    spec = importlib.util.spec_from_file_location("bench_counting_for_tests", SCRIPTS / "benchkit" / "counting.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.is_sync

@@ -1,7 +1,8 @@
-"""The benchmark's machinery: the pinned training corpus, the worker's draft-length reset and failure reports, and the
-driver's paired ratios. Timing never enters an assertion: these tests check what is measured, not how fast."""
+"""The benchmark's machinery (scripts/benchkit/): the pinned training corpus, the sides and their settings, the
+worker's draft-length hook and failure reports, the weights a side adopts, and the driver's paired ratios, report and
+verdict lines. Timing never enters an assertion: these tests check what is measured, not how fast."""
 
-import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,38 +11,38 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+from benchkit import counting, peers, report, sides, summary, train, workloads  # noqa: E402
+from benchkit import worker as bench_worker  # noqa: E402
+from benchkit.settings import DraftLength, Settings  # noqa: E402
+
+ALL_SIDES = ["stock", "4.35.2", "4.36.2", "patched"]
 
 
-def load(name):
-    if str(SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS))
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench_train = load("bench_train")
-bench_worker = load("bench_worker")
-bench = load("bench")
+def make_worker(**settings):
+    args = SimpleNamespace(device="cpu", dtype="float32", threads=1, clock="cpu")
+    if settings:
+        args.settings = Settings(**settings).to_json()
+    return bench_worker.Worker(args)
 
 
 def pinned_copy(tmp_path):
     """A directory holding the pinned corpus files (copied from this Python, or skipped where they differ)."""
     try:
-        bench_train.corpus_bytes()
+        train.corpus_bytes()
     except SystemExit:
         pytest.skip("this Python's standard library is not the pinned 3.11.7 one")
-    stdlib = Path(bench_train.sysconfig.get_paths()["stdlib"])
-    for name in bench_train.CORPUS:
+    stdlib = Path(train.sysconfig.get_paths()["stdlib"])
+    for name in train.CORPUS:
         (tmp_path / name).write_bytes((stdlib / name).read_bytes())
     return tmp_path
 
 
 def test_corpus_is_the_pinned_one(tmp_path):
-    data = bench_train.corpus_bytes(pinned_copy(tmp_path))
-    assert len(data) == sum(len((tmp_path / name).read_bytes()) + 1 for name in bench_train.CORPUS) - 1
+    data = train.corpus_bytes(pinned_copy(tmp_path))
+    assert len(data) == sum(len((tmp_path / name).read_bytes()) + 1 for name in train.CORPUS) - 1
 
 
 def test_a_changed_corpus_file_stops_the_training_and_is_named(tmp_path):
@@ -50,7 +51,7 @@ def test_a_changed_corpus_file_stops_the_training_and_is_named(tmp_path):
     (directory / "heapq.py").write_bytes((directory / "heapq.py").read_bytes() + b"\n# another Python\n")
     (directory / "glob.py").unlink()
     with pytest.raises(SystemExit) as error:
-        bench_train.corpus_bytes(directory)
+        train.corpus_bytes(directory)
     message = str(error.value)
     assert "heapq.py: sha256" in message and "glob.py" in message
     assert "colorsys.py" not in message
@@ -58,18 +59,125 @@ def test_a_changed_corpus_file_stops_the_training_and_is_named(tmp_path):
 
 def test_prompts_come_from_the_held_out_tail_and_do_not_change():
     try:
-        prompts = bench_train.prompts(2, 64)
+        prompts = train.prompts(2, 64)
     except SystemExit:
         pytest.skip("this Python's standard library is not the pinned 3.11.7 one")
-    assert prompts == bench_train.prompts(2, 64)
-    train_text, held_out = bench_train.split(bench_train.corpus_bytes())
+    assert prompts == train.prompts(2, 64)
+    train_text, held_out = train.split(train.corpus_bytes())
     assert all(len(prompt) == 64 and bytes(prompt) in held_out for prompt in prompts)
+
+
+def test_the_entry_scripts_stay_thin_and_importable():
+    # The Makefile and the docs name scripts/bench.py, bench_worker.py, bench_peers.py and bench_train.py.
+    for script in ("bench.py", "bench_peers.py", "bench_train.py"):
+        result = subprocess.run([sys.executable, str(SCRIPTS / script), "--help"], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench.py"), "--help"], capture_output=True, text=True)
+    assert "--peers" in result.stdout and "--constant-draft" in result.stdout and "--report-from" in result.stdout
+
+
+# ---- workloads, peers, sides, settings
+
+
+def test_every_case_names_a_pair_and_the_poor_drafts_are_the_four():
+    assert workloads.HEADLINE in workloads.CASES
+    for case in workloads.CASES.values():
+        assert case.pair in workloads.PAIRS and case.group in workloads.GROUPS
+        assert workloads.PAIRS[case.pair].greedy in workloads.PAIRS
+    assert {name for name, case in workloads.CASES.items() if case.poor_draft} == {
+        "draft",
+        "draft-16",
+        "partial",
+        "self",
+    }
+    # draft, self and partial share the GPT-2 small target: one greedy baseline per token count
+    assert workloads.CASES["self"].greedy_key(False) == workloads.CASES["draft"].greedy_key(False) == ("draft", 128)
+    assert workloads.CASES["loop"].greedy_key(True) == ("loop", 256)
+
+
+def test_peers_are_pinned_exactly_with_the_local_torch():
+    for version, peer in peers.PEERS.items():
+        requirements = peer.requirements()
+        assert f"transformers=={version}" in requirements
+        # any looser torch spec pulls a multi-GB CUDA build
+        assert "torch==2.13.0" in requirements
+        assert all("==" in line and not any(c in line for c in "<>~!*") for line in requirements), requirements
+        names = [line.split("==")[0].lower().replace("_", "-") for line in requirements]
+        assert len(names) == len(set(names)), f"{version} pins a package twice"
+    assert peers.stamp("4.35.2") != peers.stamp("4.36.2")
+
+
+def test_a_run_has_its_sides_in_table_order_with_unique_names():
+    run = sides.run_sides(list(peers.PEERS), constant=[1, 2])
+    names = [side.name for side in run]
+    assert names == ALL_SIDES + ["patched-k1", "patched-k2"]
+    assert len({side.short for side in run}) == len(run)
+    assert [side.kind for side in run].count("peer") == 2
+    by_name = {side.name: side for side in run}
+    assert by_name["4.35.2"].settings.draft == DraftLength.heuristic(5)
+    assert by_name["patched-k2"].settings.draft == DraftLength("constant", 2, 0.0)
+    # a saved run's sides come back as they ran, with or without their stored specs (runs saved before them)
+    meta = {"sides": names, "side_specs": {side.name: side.to_json() for side in run}}
+    assert sides.from_meta(meta) == run
+    assert sides.from_meta({"sides": names}) == run
+
+
+def test_draft_lengths_parse_and_travel_as_json():
+    assert DraftLength.parse("defaults") == DraftLength.defaults()
+    assert DraftLength.parse("heuristic") == DraftLength.heuristic(5)
+    assert DraftLength.parse("heuristic:3") == DraftLength("heuristic", 3)
+    assert DraftLength.parse("constant:4") == DraftLength.constant(4)
+    assert DraftLength.parse("adaptive") == DraftLength("adaptive", None)
+    for text in ("constant", "constant:0", "heuristic:x", ""):
+        with pytest.raises(ValueError):
+            DraftLength.parse(text)
+    settings = Settings(attention="eager", draft=DraftLength.constant(3))
+    assert Settings.from_json(settings.to_json()) == settings
+    assert Settings.from_json(None) == Settings()
+    assert sides.parse_lengths("1-3,5") == [1, 2, 3, 5]
+
+
+# ---- the worker
+
+
+class _Config(SimpleNamespace):
+    """A generation_config with the draft-length fields (4.35+, 5.x, and the patched fork once it has them)."""
+
+
+def test_the_draft_length_hook_puts_every_call_in_the_same_state():
+    assistant = SimpleNamespace(generation_config=_Config(num_assistant_tokens=9, num_assistant_tokens_schedule="x"))
+    saved = {
+        "num_assistant_tokens": None,
+        "num_assistant_tokens_schedule": None,
+        "assistant_confidence_threshold": None,
+    }
+    assistant.generation_config.assistant_confidence_threshold = 0.3
+    assistant.num_assistant_tokens = 7  # 4.35's attribute would override the config
+    bench_worker.set_draft_length(assistant, DraftLength.defaults(), saved)
+    assert "num_assistant_tokens" not in assistant.__dict__
+    assert vars(assistant.generation_config) == saved  # the release's defaults fill them in at generation time
+    bench_worker.set_draft_length(assistant, DraftLength.heuristic(5), saved)
+    config = assistant.generation_config
+    assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == (5, "heuristic")
+    assert config.assistant_confidence_threshold is None
+    bench_worker.set_draft_length(assistant, DraftLength.constant(3), saved)
+    assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == (3, "constant")
+    assert config.assistant_confidence_threshold == 0.0
+
+    # 4.31: the heuristic only, from `max_assistant_tokens`
+    old = SimpleNamespace(generation_config=SimpleNamespace(), max_assistant_tokens=11.0)
+    bench_worker.set_draft_length(old, DraftLength.heuristic(5), {})
+    assert "max_assistant_tokens" not in old.__dict__
+    bench_worker.set_draft_length(old, DraftLength.heuristic(3), {})
+    assert old.max_assistant_tokens == 3
+    with pytest.raises(ValueError, match="schedule"):
+        bench_worker.set_draft_length(old, DraftLength.constant(3), {})
 
 
 def test_worker_resets_the_draft_length_before_every_call():
     # 4.31 keeps the draft length on the assistant across calls: without the reset the second call of the same
     # generation proposes a different number of candidates (fails on a worker that does not reset it).
-    worker = bench_worker.Worker(SimpleNamespace(device="cpu", dtype="float32", threads=1, clock="cpu"))
+    worker = make_worker()
     first = worker.run("loop", "assisted", 24)
     second = worker.run("loop", "assisted", 24)
     assert "failed" not in first
@@ -83,12 +191,58 @@ def test_worker_resets_the_draft_length_before_every_call():
 
 def test_worker_reports_a_refusal_instead_of_stopping():
     # A release that refuses a workload is shown in the tables; the worker must answer, not raise.
-    worker = bench_worker.Worker(SimpleNamespace(device="cpu", dtype="float32", threads=1, clock="cpu"))
+    worker = make_worker()
     target, assistant, prompt, weights = worker.workload("loop")
     prompt = dict(prompt, use_cache=False)  # without a cache, assisted decoding refuses (stock and patched)
     worker.loaded["loop"] = (target, assistant, prompt, weights)
     answer = worker.run("loop", "assisted", 8)
     assert answer["failed"].startswith("refuses: ValueError")
+
+
+def test_a_draft_length_the_version_lacks_is_a_refusal_and_an_attention_it_lacks_an_error():
+    worker = make_worker(draft=DraftLength.constant(2))
+    answer = worker.run("loop", "assisted", 8)
+    if "failed" in answer:  # 4.31 without generation_config.num_assistant_tokens
+        assert answer["failed"].startswith("refuses: ValueError") and "schedule" in answer["failed"]
+    else:  # the fork has the fields: every round drafts exactly two candidates (but the last ones)
+        assert answer["proposed"] >= 2 * (answer["rounds"] - 2)
+    info = worker.info()
+    assert info["settings"]["draft"]["schedule"] == "constant"
+    assert info["draft_defaults"]["via"] in ("max_assistant_tokens", "generation_config")
+    if not hasattr(worker.workload("loop")[0].config, "_attn_implementation"):
+        with pytest.raises(ValueError, match="attention"):
+            make_worker(attention="eager").workload("loop")
+
+
+def test_a_side_that_builds_other_weights_adopts_the_reference_ones(tmp_path):
+    import torch
+
+    reference, other = make_worker(), make_worker()
+    expected = reference.workload("loop")[3]
+    target = other.workload("loop")[0]
+    with torch.no_grad():
+        next(target.parameters()).add_(1.0)  # as a version that initializes in another order
+    assert bench_worker.checksum(target, other.workload("loop")[1]) != expected
+    path = str(tmp_path / "loop.pt")
+    assert reference.save_weights("loop", path)["weights"] == expected
+    assert other.adopt_weights("loop", path)["weights"] == expected
+    assert other.workload("loop")[3] == expected
+
+
+def test_counted_operations_leave_out_the_forwards_and_attribute_reads():
+    # The count is what the loop runs around the forward passes: a forward pass runs dozens of operations, so a
+    # counter that looked inside them would count far more per round than the loop's few; attribute reads (`.shape`)
+    # are not operations.
+    worker = make_worker()
+    counted = worker.run("loop", "greedy", 8, count_ops=True)
+    assert "__get__" not in counted["ops_by_name"]
+    assert "layer_norm" not in counted["ops_by_name"] and "linear" not in counted["ops_by_name"]
+    assert 0 < counted["ops_outside"] / counted["rounds"] < 40
+    assert counted["output_sha"] == worker.run("loop", "greedy", 8)["output_sha"]
+    assert worker.run("loop", "greedy", 8)["ops_outside"] is None
+
+
+# ---- the driver: summaries, report, verdict
 
 
 def result(case, side, rep, per_token, method="assisted", **extra):
@@ -112,6 +266,10 @@ def result(case, side, rep, per_token, method="assisted", **extra):
     return values
 
 
+def named(*names):
+    return [sides.known(name) for name in names]
+
+
 def test_ratios_pair_the_runs_of_one_repetition_and_name_the_failed_side():
     # Paired per repetition: rep 0 is slow on every side, rep 1 fast; unpaired medians would mix them.
     greedy = "greedy:trained:16"
@@ -123,8 +281,7 @@ def test_ratios_pair_the_runs_of_one_repetition_and_name_the_failed_side():
         results.append(result("trained-16", "4.35.2", rep, 0.45 * scale))
         results.append(result("trained-16", "patched", rep, 0.4 * scale))
         results.append({"phase": "ab", "case": "trained-16", "side": "4.36.2", "rep": rep, "failed": "fails: X"})
-    bench.QUICK_MODE = False
-    table, _ = bench.summarize(results, ["stock", "4.35.2", "4.36.2", "patched"], ["trained-16"])
+    table, _ = summary.summarize(results, named("stock", "4.35.2", "4.36.2", "patched"), ["trained-16"])
     row = table["trained-16"]
     assert row["ratio"] == pytest.approx((0.8, 0.8, 0.8))
     assert row["best_peer"] == "4.35.2"
@@ -141,21 +298,8 @@ def test_different_tokens_on_one_side_are_flagged():
         result("trained-16", "stock", 0, 0.5, output_sha="other"),
         result("trained-16", "patched", 0, 0.5),
     ]
-    table, _ = bench.summarize(results, ["stock", "patched"], ["trained-16"])
+    table, _ = summary.summarize(results, named("stock", "patched"), ["trained-16"])
     assert not table["trained-16"]["same_tokens"]
-
-
-def test_counted_operations_leave_out_the_forwards_and_attribute_reads():
-    # The count is what the loop runs around the forward passes: a forward pass runs dozens of operations, so a
-    # counter that looked inside them would count far more per round than the loop's few; attribute reads (`.shape`)
-    # are not operations.
-    worker = bench_worker.Worker(SimpleNamespace(device="cpu", dtype="float32", threads=1, clock="cpu"))
-    counted = worker.run("loop", "greedy", 8, count_ops=True)
-    assert "__get__" not in counted["ops_by_name"]
-    assert "layer_norm" not in counted["ops_by_name"] and "linear" not in counted["ops_by_name"]
-    assert 0 < counted["ops_outside"] / counted["rounds"] < 40
-    assert counted["output_sha"] == worker.run("loop", "greedy", 8)["output_sha"]
-    assert worker.run("loop", "greedy", 8)["ops_outside"] is None
 
 
 def test_operation_counts_pair_each_case_with_its_greedy_reference():
@@ -165,10 +309,90 @@ def test_operation_counts_pair_each_case_with_its_greedy_reference():
         {"phase": "ops", "case": "trained", "side": "patched", "ops_outside": 1400, "rounds": 14},
         {"phase": "ab", "case": "trained", "side": "patched", "ops_outside": None, "rounds": 14},
     ]
-    counted = bench.operation_counts(results)
+    counted = counting.operation_counts(results, {"trained": ("trained", 128), "loop": ("loop", 1024)})
     assert list(counted) == ["trained"]
     assert counted["trained"]["greedy"]["ops_outside"] == 500
     assert {side: run["ops_outside"] for side, run in counted["trained"].items() if side != "greedy"} == {
         "stock": 1300,
         "patched": 1400,
     }
+
+
+def fake_run():
+    """A small run of every side on the headline case and two poor-draft cases: (results, sides, meta, info)."""
+    run = sides.run_sides(list(peers.PEERS))
+    # time per token of each side on the trained case; 4.35.2 is the fastest upstream side
+    trained = {"stock": 3.0, "4.35.2": 2.6, "4.36.2": 2.9, "patched": 2.7}
+    results = []
+    for rep in range(3):
+        jitter = 1 + 0.01 * rep
+        for case, tokens, greedy_pair, greedy_time, slow in (
+            ("trained", 128, "trained", 6.0, 1.0),
+            ("draft", 128, "draft", 70.0, 2.0),
+            ("partial", 128, "draft", 70.0, 2.5),
+        ):
+            for side in ("stock", "patched"):
+                results.append(result(f"greedy:{greedy_pair}:{tokens}", side, rep, greedy_time * jitter, "greedy"))
+            for side in trained:
+                per_token = trained[side] if case == "trained" else greedy_time * slow
+                results.append(result(case, side, rep, per_token * jitter, continuation=[101, 110] * 64))
+    results.append(result("batch:batched-assisted:8", "stock", None, 1.0, phase="batch-probe", failed="refuses: X"))
+    meta = {
+        "quick": False,
+        "sides": [side.name for side in run],
+        "cases": ["trained", "draft", "partial"],
+        "marks": [],
+        "wall": 60.0,
+        "finished": "today",
+        "command": "python scripts/bench.py",
+        "machine": {"cpu": "cpu", "cores": 2, "platform": "linux"},
+        "load_before": "1.0",
+        "load_after": "1.0",
+        "patches": 25,
+        "attention": {side.name: {"trained": "eager" if side.name == "4.36.2" else None} for side in run},
+        "adopted": {"encdec": ["4.36.2"]},
+    }
+    info = {}
+    for side in run:
+        version = side.environment if side.kind == "peer" else "4.31.0"
+        info[side.name] = {
+            "transformers": version,
+            "transformers_file": str(REPO / "build" / side.environment),
+            "torch": "2.13.0",
+            "python": "3.11.7",
+            "threads": 1,
+            "device": "cpu",
+            "device_name": "cpu",
+            "dtype": "float32",
+            "clock": "cpu",
+        }
+    return results, run, meta, info
+
+
+def test_the_report_keeps_its_sections_and_names_every_side():
+    results, run, meta, info = fake_run()
+    table, growth = summary.summarize(results, run, meta["cases"])
+    text = report.report(meta, info, run, table, growth, [], results)
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## Machine and versions", "## Cases", "## Method", "## Results", "## Plots", "## GPU"]
+    assert text.startswith("# Benchmark: assisted generation, stock 4.31.0, upstream 4.35/4.36 and the patched")
+    for side in run:
+        assert side.label in text
+    assert "| trained | 128 |" in text
+    # the draft lengths and attention are named, and the weights a side adopted
+    assert "`assistant_model.generation_config.num_assistant_tokens` set to 5 before each call" in text
+    assert "upstream 4.36.2: `eager` (its default)" in text
+    assert "initializes `encdec` in another order" in text
+    assert "transformers==4.36.2, tokenizers==0.15.2, huggingface-hub==0.20.1, safetensors==0.4.1" in text
+    assert "patched/4.35.2 (the fastest upstream side on this case)" in text
+
+
+def test_the_verdict_ends_with_the_headline_lines():
+    results, run, meta, _ = fake_run()
+    table, _ = summary.summarize(results, run, meta["cases"])
+    lines = report.verdict(table, {side.name: side.label for side in run})
+    assert [line.split(":")[0] for line in lines] == [
+        "greedy patched/stock time per token, trained pair",
+        "assisted patched/stock time per token",
+        "assisted speedup over greedy, trained draft",
+    ]

@@ -1,0 +1,359 @@
+"""Measurement: the worker processes, the plan (repetitions, budget), warm-up, the rotation of the sides, the
+repetitions, the counted calls, the growth run and the batch table. Every measurement goes to `Bench.results` in the
+order made; `benchkit.summary` turns them into tables.
+
+One worker at a time computes (they build their models together, unmeasured): each repetition runs greedy search
+(stock and patched) and assisted decoding (every side) on every case, the order of the sides rotating and flipping
+from one repetition to the next, so that ratios are computed from runs made next to each other.
+"""
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from .sides import GREEDY_SIDES, PATCHED
+from .workloads import BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = REPO / "scripts" / "bench_worker.py"
+LOG_DIR = REPO / "build" / "bench"
+WEIGHTS_DIR = LOG_DIR / "weights"
+REFERENCE = PATCHED  # whose weights a side that builds a model otherwise loads
+
+FULL = {
+    "headline_reps": (21, 31),  # (minimum, maximum) repetitions
+    "cheap_reps": (5, 11),
+    "costly_reps": (2, 4),
+    "growth": [64, 128, 256, 512, 896],  # trained pair: time per token after this many new tokens
+    "warmup_tokens": 8,
+    "budget_s": 12 * 60,  # no optional repetition starts after this
+    "batch_reps": 5,
+    "batch_tokens": 128,
+}
+QUICK = {
+    "headline_reps": (5, 7),
+    "cheap_reps": (3, 5),
+    "costly_reps": (1, 1),
+    "growth": [32, 64, 128, 256],
+    "warmup_tokens": 4,
+    "budget_s": 100,
+    "batch_reps": 2,
+    "batch_tokens": 64,
+}
+
+
+def load_average():
+    try:
+        return " ".join(f"{value:.1f}" for value in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def one_minute_load():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+class WorkerProcess:
+    """A side's worker: its interpreter, its PYTHONPATH, its settings; one JSON command and answer per line."""
+
+    def __init__(self, side, python, pythonpath, args, log_dir):
+        self.side = side.name
+        env = dict(os.environ)
+        if pythonpath:
+            env["PYTHONPATH"] = str(Path(pythonpath).resolve())
+        else:
+            env.pop("PYTHONPATH", None)
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env["PYTHONWARNINGS"] = "ignore"
+        if args.device == "cpu":
+            # One thread per worker, everywhere (torch, OpenMP, BLAS): the machine is shared.
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                env[name] = str(args.threads)
+        command = [str(python), str(WORKER), "--device", args.device, "--dtype", args.dtype]
+        command += ["--threads", str(args.threads), "--clock", args.clock, "--settings", side.settings.to_json()]
+        self.log = open(log_dir / f"worker-{side.name}.log", "w")
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=REPO
+        )
+
+    def send(self, command):
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"bench: the {self.side} worker died; see {self.log.name}")
+        answer = json.loads(line)
+        if not answer.pop("ok"):
+            raise SystemExit(f"bench: the {self.side} worker failed: {answer['error']}\n{answer['traceback']}")
+        return answer
+
+    def ask(self, command):
+        self.send(command)
+        return self.receive()
+
+    def close(self):
+        try:
+            self.send({"op": "quit"})
+            self.process.stdin.close()
+            self.process.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+        self.log.close()
+
+
+class Bench:
+    def __init__(self, args, sides, interpreters, trained, batch_sizes):
+        """`sides`: the run's sides in table order; `interpreters`: {side name: (python, pythonpath)}."""
+        self.args = args
+        self.plan = QUICK if args.quick else FULL
+        self.quick = args.quick
+        self.budget = args.budget if args.budget is not None else self.plan["budget_s"]
+        self.sides = [side.name for side in sides]
+        self.environments = {side.name: side.environment for side in sides}
+        self.greedy_sides = [name for name in self.sides if name in GREEDY_SIDES]
+        self.trained = trained
+        self.cases = [] if args.batch_only else (args.cases.split(",") if args.cases else list(CASES))
+        self.batch_sizes = batch_sizes
+        self.results = []  # every measurement, in the order made
+        self.start = time.perf_counter()
+        self.log_dir = LOG_DIR
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.workers = {side.name: WorkerProcess(side, *interpreters[side.name], args, self.log_dir) for side in sides}
+        self.marks = []
+        self.forward_costs = None
+        self.batch_meta = None
+        self.attention = {}  # side -> {workload: attention implementation}
+        self.adopted = {}  # workload -> sides that load the reference side's weights
+
+    def elapsed(self):
+        return time.perf_counter() - self.start
+
+    def tokens(self, case):
+        return CASES[case].new_tokens(self.quick)
+
+    def greedy_key(self, case):
+        return CASES[case].greedy_key(self.quick)
+
+    def measure(self, side, workload, method, tokens, phase, case=None, rep=None, marks=(), count_ops=False):
+        answer = self.workers[side].ask(
+            {
+                "op": "run",
+                "workload": workload,
+                "method": method,
+                "max_new_tokens": tokens,
+                "marks": list(marks),
+                "count_ops": count_ops,
+            }
+        )
+        answer.update(side=side, phase=phase, rep=rep, case=case, max_new_tokens=tokens)
+        self.results.append(answer)
+        if phase in ("warmup", "ops"):
+            return answer
+        where = f"[{self.elapsed():6.0f}s] {phase:<6} {case or workload:<10} {method:<8} {side:<12} {tokens:5d} tok  "
+        self.print_answer(where, method, answer, lambda: f"wall {answer['wall_per_token'] * 1e3:8.3f}")
+        return answer
+
+    @staticmethod
+    def print_answer(where, method, answer, detail):
+        """One progress line: the failure, or time per token (`detail()` in brackets), rounds and acceptance."""
+        if "failed" in answer:
+            print(f"{where}{answer['failed'][:100]}", flush=True)
+            return
+        accepted = f"  accepted {answer['accepted']}/{answer['proposed']}" if method == "assisted" else ""
+        print(
+            f"{where}{answer['per_token'] * 1e3:8.3f} ms/tok ({detail()})  rounds {answer['rounds']:4d}{accepted}",
+            flush=True,
+        )
+
+    def info(self):
+        return {side: worker.ask({"op": "info"}) for side, worker in self.workers.items()}
+
+    def load(self, workloads):
+        """Every side builds (or loads) the workloads, at the same time (not measured); the weights must be the same.
+
+        A version that initializes a model in another order (5.x's T5, say) builds other weights from the same seed:
+        such a side loads the weights the reference side built, saved once under build/bench/weights/."""
+        for worker in self.workers.values():
+            worker.send({"op": "load", "workloads": workloads, "trained": self.trained})
+        loaded = {side: worker.receive() for side, worker in self.workers.items()}
+        self.attention = {side: answer["attention"] for side, answer in loaded.items()}
+        weights = {side: dict(answer["weights"]) for side, answer in loaded.items()}
+        reference = REFERENCE if REFERENCE in weights else next(iter(weights))
+        for workload in workloads:
+            expected = weights[reference][workload]
+            differing = [side for side in weights if weights[side][workload] != expected]
+            if not differing:
+                continue
+            path = WEIGHTS_DIR / f"{workload}-{expected}.pt"
+            if not path.exists():
+                self.workers[reference].ask({"op": "save_weights", "workload": workload, "path": str(path)})
+            for side in differing:
+                answer = self.workers[side].ask({"op": "adopt_weights", "workload": workload, "path": str(path)})
+                weights[side][workload] = answer["weights"]
+            self.adopted[workload] = differing
+            print(f"[{self.elapsed():6.0f}s] {', '.join(differing)}: {workload} weights of the {reference} side")
+        for workload in workloads:
+            checksums = {side: weights[side][workload] for side in weights}
+            if len(set(checksums.values())) != 1:
+                raise SystemExit(f"bench: the sides built different {workload} models: {checksums}")
+
+    def warm_up(self):
+        workloads = sorted(
+            {CASES[case].pair for case in self.cases} | {self.greedy_key(case)[0] for case in self.cases}
+        )
+        self.load(workloads)
+        print(f"[{self.elapsed():6.0f}s] models built; warming up", flush=True)
+        if "trained" in workloads and PATCHED in self.workers:
+            self.forward_costs = self.workers[PATCHED].ask({"op": "costs", "workload": "trained"})["forward_costs"]
+        warm = self.plan["warmup_tokens"]
+        for side in self.sides:
+            if side in self.greedy_sides:
+                for target in sorted({self.greedy_key(case)[0] for case in self.cases}):
+                    self.measure(side, target, "greedy", warm, "warmup")
+            for workload in workloads:
+                self.measure(side, workload, "assisted", warm, "warmup")
+
+    def order(self, rep):
+        sides = list(self.sides)
+        shift = rep % len(sides)
+        order = sides[shift:] + sides[:shift]
+        return order if rep % 2 == 0 else order[::-1]
+
+    def rep(self, rep, cases):
+        order = self.order(rep)
+        done = set()
+        for case in cases:
+            key = self.greedy_key(case)
+            if key not in done:
+                done.add(key)
+                # Greedy search is the same loop in 4.31 stock and patched: their ratio is the noise floor.
+                for side in order:
+                    if side in self.greedy_sides:
+                        self.measure(side, key[0], "greedy", key[1], "ab", case=greedy_name(key), rep=rep)
+            for side in order:
+                self.measure(side, CASES[case].pair, "assisted", self.tokens(case), "ab", case=case, rep=rep)
+
+    def rep_cost(self, cases):
+        """Wall seconds the last repetition of these cases took (for the budget guard)."""
+        cost = 0.0
+        names = set(cases) | {greedy_name(self.greedy_key(case)) for case in cases}
+        for name in names:
+            runs = [r for r in self.results if r["phase"] == "ab" and r["case"] == name and "wall" in r]
+            last = max((r["rep"] for r in runs), default=None)
+            cost += sum(r["wall"] for r in runs if r["rep"] == last)
+        return cost
+
+    def count_operations(self):
+        """One counted call per side and case: the torch operations run outside the model forwards (not timed)."""
+        for case in self.cases:
+            if not CASES[case].count_ops:
+                continue
+            key = self.greedy_key(case)
+            self.measure(PATCHED, key[0], "greedy", key[1], "ops", case=greedy_name(key), count_ops=True)
+            for side in self.sides:
+                self.measure(side, CASES[case].pair, "assisted", self.tokens(case), "ops", case=case, count_ops=True)
+        print(f"[{self.elapsed():6.0f}s] operations outside the forwards counted", flush=True)
+
+    def growth(self):
+        marks = self.plan["growth"]
+        self.marks = marks
+        tokens = max(marks)
+        self.measure(PATCHED, "trained", "greedy", tokens, "growth", case="greedy", marks=marks)
+        for side in self.sides:
+            self.measure(side, "trained", "assisted", tokens, "growth", case=side, marks=marks)
+
+    def run(self):
+        plan = self.plan
+        self.warm_up()
+        self.count_operations()
+        groups = {group: [case for case in self.cases if CASES[case].group == group] for group in GROUPS}
+        reps = {group: 0 for group in groups}
+        minimum = {group: plan[f"{group}_reps"][0] for group in groups}
+        maximum = {group: plan[f"{group}_reps"][1] for group in groups}
+        for group, cases in groups.items():
+            for _ in range(minimum[group] if cases else 0):
+                self.rep(reps[group], cases)
+                reps[group] += 1
+        if "trained" in self.cases:
+            self.growth()
+        # Optional repetitions while the budget allows, the cheapest cases first.
+        while True:
+            progressed = False
+            for group, cases in groups.items():
+                if cases and reps[group] < maximum[group]:
+                    if self.elapsed() + self.rep_cost(cases) < self.budget:
+                        self.rep(reps[group], cases)
+                        reps[group] += 1
+                        progressed = True
+            if not progressed:
+                break
+        if HEADLINE in self.cases:
+            self.batch_table()
+
+    def batch_measure(self, side, name, size, tokens, phase, rep=None):
+        method, separate = BATCH_METHODS[name]
+        answer = self.workers[side].ask(
+            {
+                "op": "batch",
+                "workload": "trained",
+                "method": method,
+                "max_new_tokens": tokens,
+                "prompts": self.trained["batch_prompts"][:size],
+                "separate": separate,
+            }
+        )
+        answer.update(side=side, phase=phase, rep=rep, case=f"batch:{name}:{size}", max_new_tokens=tokens)
+        self.results.append(answer)
+        if phase == "batch-warmup":
+            return answer
+        where = f"[{self.elapsed():6.0f}s] {phase:<6} B={size:<3} {name:<17} {side:<12} {tokens:5d} tok  "
+        self.print_answer(where, method, answer, lambda: f"{1 / answer['per_token']:7.0f} tok/s")
+        return answer
+
+    def batch_table(self):
+        """The Batches section: the patched side on the trained pair; the other sides only asked for a batch."""
+        plan = self.plan
+        largest = max(self.batch_sizes)
+        started = self.elapsed()
+        self.batch_meta = {
+            "sizes": self.batch_sizes,
+            "tokens": plan["batch_tokens"],
+            "reps": plan["batch_reps"],
+            "prompt_lengths": [len(prompt) for prompt in self.trained["batch_prompts"][:largest]],
+            "load_start": load_average(),
+            "load_peak": one_minute_load(),
+        }
+        print(f"[{self.elapsed():6.0f}s] batches: B = {', '.join(map(str, self.batch_sizes))}", flush=True)
+        # Stock 4.31.0 and the upstream releases refuse assisted generation of a batch: asked once each.
+        for side in self.sides:
+            if self.environments[side] != PATCHED:
+                self.batch_measure(side, "batched-assisted", largest, plan["warmup_tokens"], "batch-probe")
+        for size in self.batch_sizes:
+            for name in BATCH_METHODS:
+                self.batch_measure(PATCHED, name, size, plan["warmup_tokens"], "batch-warmup")
+        names = list(BATCH_METHODS)
+        for rep in range(plan["batch_reps"]):
+            shift = rep % len(names)
+            order = names[shift:] + names[:shift]
+            order = order if rep % 2 == 0 else order[::-1]
+            for size in self.batch_sizes:
+                for name in order:
+                    self.batch_measure(PATCHED, name, size, plan["batch_tokens"], "batch", rep=rep)
+                self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
+        self.batch_meta.update(load_end=load_average(), seconds=self.elapsed() - started)
+
+    def run_batch_only(self):
+        self.load(["trained"])
+        print(f"[{self.elapsed():6.0f}s] models loaded", flush=True)
+        self.batch_table()
+
+    def close(self):
+        for worker in self.workers.values():
+            worker.close()

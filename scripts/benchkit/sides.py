@@ -1,0 +1,136 @@
+"""The sides a run compares: an environment (stock 4.31.0, the patched fork, an upstream release) and its settings.
+
+A side is (environment, settings): each runs in a worker process of its own, started with its environment's
+interpreter and its settings (`benchkit.settings`: the attention implementation, the draft length). Sides share an
+environment when they differ only in settings (a release with its defaults and with another attention; the patched
+fork with constant draft lengths). The roles stay with the names: "stock" and "patched" also run greedy search (their
+ratio is the noise floor), "patched" is the fork the ratios are about, and the sides of kind "peer" are the upstream
+releases its best is compared with.
+
+Adding a side: a peer's sides are in `benchkit.peers.PEERS`; sides of the patched fork with other draft lengths come
+from `run_sides(..., patched_draft=..., constant=...)` (the command line's --patched-draft and --constant-draft).
+"""
+
+from dataclasses import dataclass
+
+from .peers import PEERS
+from .settings import DraftLength, Settings
+
+STOCK = "stock"
+PATCHED = "patched"
+GREEDY_SIDES = (STOCK, PATCHED)  # the sides that also run greedy search
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # the key of its measurements
+    environment: str  # "stock", "patched", or a peer's version
+    settings: Settings
+    label: str  # in the report's tables
+    short: str  # in the compact tables and the printed summary
+
+    @property
+    def kind(self):
+        return self.environment if self.environment in (STOCK, PATCHED) else "peer"
+
+    def to_json(self):
+        return {
+            "name": self.name,
+            "environment": self.environment,
+            "settings": self.settings.to_json(),
+            "label": self.label,
+            "short": self.short,
+        }
+
+    @classmethod
+    def from_json(cls, values):
+        return cls(
+            values["name"],
+            values["environment"],
+            Settings.from_json(values["settings"]),
+            values["label"],
+            values["short"],
+        )
+
+
+def stock_side():
+    return Side(STOCK, STOCK, Settings(), "stock 4.31.0", "stock")
+
+
+def patched_side(draft=None):
+    settings = Settings(draft=draft or DraftLength.heuristic())
+    label = "patched" if settings == Settings() else f"patched ({settings.draft.label()})"
+    return Side(PATCHED, PATCHED, settings, label, "patched")
+
+
+def constant_side(length):
+    """The patched fork drafting exactly `length` candidates every round (for the best constant length in hindsight;
+    the fork refuses it until its generation_config has `num_assistant_tokens`)."""
+    return Side(
+        f"patched-k{length}",
+        PATCHED,
+        Settings(draft=DraftLength.constant(length)),
+        f"patched k={length}",
+        f"k{length}",
+    )
+
+
+def peer_sides(version):
+    """The sides of an upstream release, as `benchkit.peers.PEERS` lists them."""
+    if version not in PEERS:
+        raise SystemExit(f"bench: no pinned environment for transformers {version} (known: {', '.join(PEERS)})")
+    sides = []
+    major_minor = version.rsplit(".", 1)[0]
+    for suffix, settings, meaning in PEERS[version].sides:
+        name = f"{version}-{suffix}" if suffix else version
+        label = f"upstream {version}" + (f" {meaning}" if meaning else "")
+        short = major_minor + (f" {suffix}" if suffix else "")
+        sides.append(Side(name, version, settings, label, short))
+    return sides
+
+
+def run_sides(peers, patched_draft=None, constant=(), stock=True):
+    """The sides of a run, in the order of the tables: stock, the peers' sides, patched, the constant draft lengths."""
+    sides = [stock_side()] if stock else []
+    for version in peers:
+        sides += peer_sides(version)
+    sides.append(patched_side(patched_draft))
+    sides += [constant_side(length) for length in constant]
+    return sides
+
+
+def known(name):
+    """The side a name stands for in a run's results (what runs saved before the side specs were stored)."""
+    if name == STOCK:
+        return stock_side()
+    if name == PATCHED:
+        return patched_side()
+    if name.startswith("patched-k") and name[len("patched-k") :].isdigit():
+        return constant_side(int(name[len("patched-k") :]))
+    for version in PEERS:
+        for side in peer_sides(version):
+            if side.name == name:
+                return side
+    major_minor = name.rsplit(".", 1)[0]
+    return Side(name, name, Settings(), f"upstream {name}", major_minor)
+
+
+def from_meta(meta):
+    """The sides of a saved run, in its order."""
+    specs = meta.get("side_specs") or {}
+    return [Side.from_json(specs[name]) if name in specs else known(name) for name in meta["sides"]]
+
+
+def parse_lengths(text):
+    """'1-10' or '1,2,4' -> [1, ..., 10] or [1, 2, 4]."""
+    lengths = []
+    for part in filter(None, (part.strip() for part in (text or "").split(","))):
+        low, _, high = part.partition("-")
+        try:
+            values = range(int(low), int(high or low) + 1)
+        except ValueError:
+            raise SystemExit(f"bench: constant draft lengths are numbers or ranges (1-10), not {part!r}") from None
+        lengths += [value for value in values if value not in lengths]
+    if any(length < 1 for length in lengths):
+        raise SystemExit("bench: a constant draft length is at least 1")
+    return lengths

@@ -1,0 +1,177 @@
+"""From measurements to tables: medians and min-max over the repetitions, ratios paired per repetition (from runs made
+next to each other), the token checks. Pure Python: the report and the tests use it on saved results."""
+
+import statistics
+
+from .sides import PATCHED, STOCK
+from .workloads import BATCH_METHODS, CASES, greedy_name
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values):
+    return (min(values), max(values)) if values else (float("nan"), float("nan"))
+
+
+def summary_of(values):
+    """(median, min, max), or None without values."""
+    return (median(values), *spread(values)) if values else None
+
+
+def by_rep(results, case):
+    """{rep: {side: measurement}} of the A/B runs of a case."""
+    table = {}
+    for result in results:
+        if result["phase"] == "ab" and result["case"] == case:
+            table.setdefault(result["rep"], {})[result["side"]] = result
+    return table
+
+
+def summarize(results, sides, cases, quick=False):
+    """({case: row}, growth) of a run: `sides` are the run's `Side`s in table order, `cases` the cases' names."""
+    names = [side.name for side in sides]
+    peers = [side.name for side in sides if side.kind == "peer"]
+    table = {}
+    for case in cases:
+        runs = by_rep(results, case)
+        greedy = by_rep(results, greedy_name(CASES[case].greedy_key(quick)))
+        if not runs or not greedy:
+            continue
+        row = {"reps": len(runs), "tokens": CASES[case].new_tokens(quick), "failed": {}, "side": {}}
+        for side in names:
+            measured = [rep[side] for rep in runs.values() if side in rep]
+            failures = [m["failed"] for m in measured if "failed" in m]
+            if failures:
+                row["failed"][side] = failures[0]
+                continue
+            if not measured:
+                continue
+            sample = measured[0]
+            row["side"][side] = {
+                "per_token": median([m["per_token"] for m in measured]),
+                "acceptance": sample["accepted"] / sample["proposed"] if sample["proposed"] else float("nan"),
+                "accepted": sample["accepted"],
+                "proposed": sample["proposed"],
+                "rounds": sample["rounds"],
+                "tokens_per_round": sample["new_tokens"] / sample["rounds"],
+                "overhead": median([m["overhead_per_round"] for m in measured]),
+                "round_time": median([m["round_time"] for m in measured]),
+                "first_round": median([m["first_round"] for m in measured]),
+                "output": {m["output_sha"] for m in measured},
+            }
+        greedy_runs = {side: [rep[side] for rep in greedy.values() if side in rep] for side in (STOCK, PATCHED)}
+        row["greedy"] = median([m["per_token"] for m in greedy_runs[PATCHED]])
+        row["greedy_overhead"] = median([m["overhead_per_round"] for m in greedy_runs[PATCHED]])
+        row["greedy_round"] = median([m["round_time"] for m in greedy_runs[PATCHED]])
+        row["greedy_first"] = median([m["first_round"] for m in greedy_runs[PATCHED]])
+        noise = [g[PATCHED]["per_token"] / g[STOCK]["per_token"] for g in greedy.values() if len(g) == 2]
+        row["noise"] = (median(noise), *spread(noise))
+        greedy_output = {m["output_sha"] for runs_ in greedy_runs.values() for m in runs_}
+
+        def paired(side, other, runs=runs):
+            return summary_of(
+                [
+                    rep[side]["per_token"] / rep[other]["per_token"]
+                    for rep in runs.values()
+                    if side in rep and other in rep and "failed" not in rep[side] and "failed" not in rep[other]
+                ]
+            )
+
+        done = row["side"]
+        row["ratio"] = paired(PATCHED, STOCK) if PATCHED in done and STOCK in done else None
+        ran = [peer for peer in peers if peer in done]
+        row["best_peer"] = min(ran, key=lambda peer: done[peer]["per_token"]) if ran else None
+        row["peer_ratio"] = paired(PATCHED, row["best_peer"]) if row["best_peer"] and PATCHED in done else None
+        # Speedup over greedy: the patched greedy run of the same repetition over each side's assisted run.
+        row["speedup"] = {}
+        for side in done:
+            pairs = [
+                (greedy[rep][PATCHED]["per_token"], runs[rep][side]["per_token"])
+                for rep in runs
+                if rep in greedy and PATCHED in greedy[rep] and side in runs[rep] and "failed" not in runs[rep][side]
+            ]
+            row["speedup"][side] = summary_of([g / a for g, a in pairs]) or (float("nan"),) * 3
+        outputs = set().union(*(values["output"] for values in done.values())) if done else set()
+        row["same_tokens"] = len(outputs) == 1
+        row["same_as_greedy"] = outputs == greedy_output
+        table[case] = row
+    growth = {}
+    for result in results:
+        if result["phase"] == "growth" and "failed" not in result:
+            label = "greedy" if result["method"] == "greedy" else result["side"]
+            growth[label] = {int(mark): value for mark, value in result["prefix_per_token"].items()}
+    return table, growth
+
+
+def first_difference(rows, reference):
+    """(rows that differ, the earliest position where one does), or (0, None)."""
+    differing = [
+        next((i for i, (a, b) in enumerate(zip(row, other, strict=False)) if a != b), min(len(row), len(other)))
+        for row, other in zip(rows, reference, strict=True)
+        if row != other
+    ]
+    return len(differing), (min(differing) if differing else None)
+
+
+def summarize_batch(results, sizes):
+    """{size: row} of the batch table, and {side: answer} of the sides asked whether they take a batch."""
+    probes = {r["side"]: r for r in results if r.get("phase") == "batch-probe"}
+    table = {}
+    for size in sizes:
+        runs = {name: {} for name in BATCH_METHODS}
+        for result in results:
+            if result.get("phase") != "batch" or "failed" in result:
+                continue
+            for name in BATCH_METHODS:
+                if result["case"] == f"batch:{name}:{size}":
+                    runs[name][result["rep"]] = result
+        if not all(runs.values()):
+            continue
+        row = {"method": {}, "failed": {}}
+        for name, measured in runs.items():
+            sample = next(iter(measured.values()))
+            row["method"][name] = {
+                "per_token": median([m["per_token"] for m in measured.values()]),
+                "wall_per_token": median([m["wall_per_token"] for m in measured.values()]),
+                "rounds": sample["rounds"] / sample["calls"],  # per call
+                "tokens_per_round": sample["new_tokens"] / sample["rounds"],
+                "accepted": sample["accepted"],
+                "proposed": sample["proposed"],
+                "acceptance": sample["accepted"] / sample["proposed"] if sample["proposed"] else float("nan"),
+                "reps": len(measured),
+                # every repetition of a method returns the same tokens (checked below)
+                "rows": sample["rows"],
+                "stable": all(m["rows"] == sample["rows"] for m in measured.values()),
+            }
+        sample = next(iter(runs["batched-assisted"].values()))
+        row["tokens"] = sample["max_new_tokens"]
+        row["prompt_lengths"] = sample["prompt_lengths"]
+        row["reps"] = min(len(measured) for measured in runs.values())
+
+        def paired(numerator, denominator, runs=runs):
+            return summary_of(
+                [
+                    runs[numerator][rep]["per_token"] / runs[denominator][rep]["per_token"]
+                    for rep in runs[numerator]
+                    if rep in runs[denominator]
+                ]
+            )
+
+        # time per token of the slower over the faster: > 1 when the second one is faster
+        row["assisted_over_greedy"] = paired("batched-greedy", "batched-assisted")
+        row["batched_over_separate"] = paired("separate-assisted", "batched-assisted")
+        row["separate_assisted_over_greedy"] = paired("separate-greedy", "separate-assisted")
+        row["greedy_batched_over_separate"] = paired("separate-greedy", "batched-greedy")
+        m = row["method"]
+        stable = all(values["stable"] for values in m.values())
+        row["batched_same"] = stable and m["batched-assisted"]["rows"] == m["batched-greedy"]["rows"]
+        row["separate_same"] = stable and m["separate-assisted"]["rows"] == m["separate-greedy"]["rows"]
+        row["batched_diff"] = first_difference(m["batched-assisted"]["rows"], m["batched-greedy"]["rows"])
+        row["separate_diff"] = first_difference(m["separate-assisted"]["rows"], m["separate-greedy"]["rows"])
+        # Left padding changes the shapes of the matrix products: float rounding may change a greedy token.
+        row["greedy_diff"] = first_difference(m["batched-greedy"]["rows"], m["separate-greedy"]["rows"])
+        row["stable"] = stable
+        table[size] = row
+    return table, probes

@@ -1,0 +1,513 @@
+"""The benchmark's worker: times generation with the transformers its interpreter imports (4.31 to 5.x).
+
+`scripts/bench_worker.py` starts it, once per side, so that no two transformers versions (nor two sides' settings) ever
+share a process. It reads one JSON command per line on stdin and answers one JSON line per command on its original
+stdout (everything the libraries print goes to stderr). Commands:
+
+    {"op": "info"}
+    {"op": "load", "workloads": [NAME, ...], "trained": {"dir": PATH, "prompt": [BYTE, ...]}}
+        (answers each workload's weight checksum and the attention its models run)
+    {"op": "save_weights", "workload": NAME, "path": PATH}   (its weights, for the sides that build them otherwise)
+    {"op": "adopt_weights", "workload": NAME, "path": PATH}  (load those; answers the new checksum)
+    {"op": "costs", "workload": NAME}   (time of one cached forward of the target and of the assistant)
+    {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
+        (with "count_ops": true, the answer also counts the tensor operations run outside the model forwards:
+        "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
+    {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
+     "prompts": [[TOKEN, ...], ...], "separate": BOOL}
+        (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
+        the answer sums the calls and carries every row's new tokens)
+
+Models are built by `benchkit.workloads` from config classes with random weights under a fixed seed, so every side
+builds the same models (the answer carries a weight checksum to prove it; a version that initializes a model in
+another order loads the weights the reference side saved); the trained pair is loaded with `from_pretrained`. A run
+that raises (a release that refuses or fails a workload, a draft length it cannot run) is answered with the error
+instead of measurements; the driver reports it and goes on.
+
+Model forwards are timed with forward pre/post hooks on the target and the assistant (outermost call only), and every
+round of the decoding loop is timestamped by a stopping criterion that never stops anything (the loops call the
+stopping criteria once per round: once per token for greedy, once per verification for assisted).
+"""
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+
+import torch
+
+from .clock import Clock
+from .counting import OpCounter
+from .settings import INITIAL_DRAFT_LENGTH, Settings
+from .workloads import PAIRS, Builder
+
+# The assistant's generation_config fields that hold its draft length (4.35+; 5.x adds the confidence threshold).
+DRAFT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU (default 1)")
+    parser.add_argument(
+        "--clock",
+        default="auto",
+        choices=["auto", "cpu", "wall"],
+        help="CPU time of the (single) computing thread, or wall clock (auto: cpu on CPU, wall on CUDA)",
+    )
+    parser.add_argument("--settings", help="the side's settings as JSON (benchkit.settings.Settings; default: none)")
+    return parser.parse_args(argv)
+
+
+def checksum(*models):
+    digest = hashlib.sha256()
+    seen = set()
+    for model in models:
+        if id(model) in seen:
+            continue
+        seen.add(id(model))
+        for name, tensor in sorted(model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(f"{tensor.float().sum().item():.6e}".encode())
+    return digest.hexdigest()[:16]
+
+
+def draft_defaults():
+    """How this transformers sets the draft length, and its defaults for a model that sets nothing."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig()
+    if not hasattr(config, "num_assistant_tokens"):
+        # 4.31: `assistant_model.max_assistant_tokens`, 5 unless set, its heuristic kept on the assistant across calls.
+        return {"via": "max_assistant_tokens", "num_assistant_tokens": INITIAL_DRAFT_LENGTH, "schedule": "heuristic"}
+    values = {
+        "via": "generation_config",
+        "num_assistant_tokens": config.num_assistant_tokens,
+        "schedule": config.num_assistant_tokens_schedule,
+        "confidence": getattr(config, "assistant_confidence_threshold", None),
+    }
+    # 5.x leaves them unset on the config and fills them in at generation time.
+    filled = getattr(GenerationConfig, "_get_default_generation_params", None)
+    if filled is not None:
+        defaults = filled()
+        for key, name in (
+            ("num_assistant_tokens", "num_assistant_tokens"),
+            ("schedule", "num_assistant_tokens_schedule"),
+            ("confidence", "assistant_confidence_threshold"),
+        ):
+            if values[key] is None:
+                values[key] = defaults.get(name)
+    if values["confidence"] is not None:
+        # The threshold adapts during generation only where scikit-learn is installed.
+        try:
+            from transformers.utils import is_sklearn_available
+
+            values["confidence_adapts"] = bool(is_sklearn_available())
+        except ImportError:
+            values["confidence_adapts"] = False
+    return values
+
+
+def set_draft_length(assistant, draft, saved):
+    """The hook: puts the assistant's draft length in the state `draft` (a `DraftLength`) asks for, before a call.
+
+    `saved`: the assistant's generation_config draft fields as loaded (the side's defaults). Every call starts from
+    the same state, whatever the previous call's heuristic left: 4.31 keeps `max_assistant_tokens` on the assistant
+    across calls, 4.35+ write the heuristic's last value back to `generation_config.num_assistant_tokens` (and an
+    `assistant.num_assistant_tokens` attribute would override it). Raises ValueError for what the version cannot run.
+    """
+    for name in ("max_assistant_tokens", "num_assistant_tokens"):
+        if name in assistant.__dict__:
+            delattr(assistant, name)
+    config = assistant.generation_config
+    if not hasattr(config, "num_assistant_tokens"):
+        # 4.31 (stock, and the patched fork until its generation_config has the fields): the heuristic only.
+        if draft.schedule not in (None, "heuristic"):
+            raise ValueError(
+                f"this transformers has no draft-length schedule but its heuristic (asked for {draft.schedule!r}): "
+                "`assistant_model.generation_config.num_assistant_tokens_schedule` does not exist"
+            )
+        if draft.confidence:
+            raise ValueError("this transformers has no `assistant_confidence_threshold`")
+        if draft.start is not None and draft.start != INITIAL_DRAFT_LENGTH:
+            assistant.max_assistant_tokens = draft.start
+        return
+    for name, value in saved.items():
+        setattr(config, name, value)
+    if draft.start is not None:
+        config.num_assistant_tokens = draft.start
+    if draft.schedule is not None:
+        config.num_assistant_tokens_schedule = draft.schedule
+    if draft.confidence is not None:
+        if hasattr(config, "assistant_confidence_threshold"):
+            config.assistant_confidence_threshold = draft.confidence
+        elif draft.confidence:
+            raise ValueError("this transformers has no `assistant_confidence_threshold`")
+
+
+class Worker:
+    def __init__(self, args):
+        self.device = args.device
+        self.dtype = getattr(torch, args.dtype)
+        if self.device == "cpu":
+            torch.set_num_threads(args.threads)
+        self.clock_name = args.clock if args.clock != "auto" else ("wall" if self.device == "cuda" else "cpu")
+        self.clock = Clock(self.device, self.clock_name)
+        self.settings = Settings.from_json(getattr(args, "settings", None))
+        self.builder = None
+        self.loaded = {}  # name -> (target, assistant, prompt, weights checksum)
+        self.saved_draft = {}  # id(assistant) -> its generation_config's draft fields as built
+        self.trained = None
+
+    def info(self):
+        import transformers
+
+        return {
+            "transformers": transformers.__version__,
+            "transformers_file": os.path.dirname(os.path.abspath(transformers.__file__)),
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "threads": torch.get_num_threads(),
+            "device": self.device,
+            "device_name": torch.cuda.get_device_name(0) if self.device == "cuda" else "cpu",
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "pid": os.getpid(),
+            "clock": self.clock_name,
+            "settings": json.loads(self.settings.to_json()),
+            "draft_defaults": draft_defaults(),
+        }
+
+    def workload(self, name):
+        if name not in self.loaded:
+            if self.builder is None:
+                self.builder = Builder(self.device, self.dtype, self.trained, self.settings.attention)
+            target, assistant, prompt = PAIRS[name].build(self.builder)
+            for model in (target, assistant):
+                # Every run generates exactly max_new_tokens: 5.x fills the EOS token the call leaves unset from the
+                # model's own generation_config (4.3x takes the call's config alone).
+                model.generation_config.eos_token_id = None
+            config = assistant.generation_config
+            self.saved_draft[id(assistant)] = {
+                name: getattr(config, name) for name in DRAFT_FIELDS if hasattr(config, name)
+            }
+            self.clock.attach([target, assistant])
+            for model in (target, assistant):
+                if model.config.is_encoder_decoder:
+                    self.clock.attach([model.get_encoder()])
+            self.loaded[name] = (target, assistant, prompt, checksum(target, assistant))
+        return self.loaded[name]
+
+    def attention(self, name):
+        """The attention implementations the workload's models run (None: the version has no choice)."""
+        target, assistant, _, _ = self.workload(name)
+        found = {getattr(model.config, "_attn_implementation", None) for model in (target, assistant)}
+        return sorted(found, key=str)[0] if len(found) == 1 else "/".join(sorted(map(str, found)))
+
+    def save_weights(self, name, path):
+        target, assistant, _, weights = self.workload(name)
+        state = {"target": target.state_dict(), "assistant": None if assistant is target else assistant.state_dict()}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        return {"weights": weights}
+
+    def adopt_weights(self, name, path):
+        target, assistant, prompt, _ = self.workload(name)
+        state = torch.load(path, map_location=self.device)
+        target.load_state_dict(state["target"])
+        if state["assistant"] is not None:
+            assistant.load_state_dict(state["assistant"])
+        weights = checksum(target, assistant)
+        self.loaded[name] = (target, assistant, prompt, weights)
+        return {"weights": weights}
+
+    def forward_costs(self, workload, calls=50):
+        """Time of one cached single-token forward of the target and of the assistant, after the prompt."""
+        target, assistant, prompt, _ = self.workload(workload)
+        clock = self.clock
+        costs = {}
+        with torch.no_grad():
+            for name, model in (("target", target), ("assistant", assistant)):
+                if model.config.is_encoder_decoder:
+                    continue
+                length = prompt["input_ids"].shape[1]
+                past = model(**prompt, use_cache=True).past_key_values
+                token = prompt["input_ids"][:, -1:]
+                mask = torch.ones_like(prompt["input_ids"][:, :1]).repeat(1, length + 1)
+                # 5.x caches are objects that each forward extends: cropped back to the prompt after each call.
+                crop = getattr(past, "crop", None)
+                total = 0.0
+                for call in range(calls + 5):
+                    clock.sync()
+                    start = clock.now()
+                    model(input_ids=token, attention_mask=mask, past_key_values=past, use_cache=True)
+                    clock.sync()
+                    if call >= 5:  # the first five warm up
+                        total += clock.now() - start
+                    if crop is not None:
+                        crop(-(past.get_seq_length() - length))  # a negative crop removes that many tokens
+                costs[name] = total / calls
+        return {"forward_costs": costs}
+
+    def run(self, workload, method, max_new_tokens, marks=(), prompt=None, keep_rows=False, count_ops=False):
+        """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask); with
+        `count_ops`, the operations run outside the model forwards are counted (and the timings are not worth
+        keeping)."""
+        from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
+
+        clock = self.clock
+        target, assistant, workload_prompt, weights = self.workload(workload)
+        prompt = workload_prompt if prompt is None else prompt
+
+        class RoundEnd(MaxLengthCriteria):
+            """Timestamps the rounds; a length limit that is never reached, so that the loops call it as they call the
+            length limits (the fork calls other criteria after every accepted token, not only after the round)."""
+
+            def __init__(self):
+                super().__init__(max_length=2**31)
+
+            def __call__(self, input_ids, scores, **kwargs):
+                clock.round_end(input_ids.shape[-1])
+                return False
+
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=None,  # random weights: never stop early, every run generates exactly max_new_tokens
+            pad_token_id=0,
+            decoder_start_token_id=0 if target.config.is_encoder_decoder else None,
+            use_cache=True,
+        )
+        extra = {}
+        if method == "assisted":
+            # Every side runs its own draft-length rule, in the state its settings ask for, reset before every call.
+            try:
+                set_draft_length(assistant, self.settings.draft, self.saved_draft.get(id(assistant), {}))
+            except ValueError as error:
+                return {"workload": workload, "method": method, "failed": f"refuses: ValueError: {error}"}
+            extra["assistant_model"] = assistant
+        start_length = 1 if target.config.is_encoder_decoder else prompt["input_ids"].shape[1]
+        prompt_length = prompt["input_ids"].shape[1]
+
+        clock.reset()
+        counter = OpCounter(clock) if count_ops else None
+        with torch.no_grad():
+            clock.sync()
+            cpu_start = time.process_time()
+            wall_start = time.perf_counter()
+            start = clock.now()
+            try:
+                with counter.mode if counter is not None else contextlib.nullcontext():
+                    output = target.generate(
+                        **prompt,
+                        generation_config=config,
+                        stopping_criteria=StoppingCriteriaList([RoundEnd()]),
+                        **extra,
+                    )
+            except Exception as error:
+                # A version that cannot run this workload: the driver shows the error in its tables.
+                clock.depth = 0
+                kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
+                return {"workload": workload, "method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
+            clock.sync()
+            elapsed = clock.now() - start
+            wall = time.perf_counter() - wall_start
+            cpu = time.process_time() - cpu_start
+
+        new_tokens = output.shape[1] - start_length
+        rounds = clock.rounds
+        if not rounds or rounds[-1][1] < output.shape[1]:
+            # The stopping criteria list stops asking at the first criterion that fires (the length limit, which
+            # comes first), so the last round is not timestamped: it ends when generate() returns (and replaces the
+            # checks made within it, after its accepted tokens, if any).
+            end = (start + elapsed, output.shape[1], clock.forward_calls, clock.forward_time)
+            if rounds and rounds[-1][2] == clock.forward_calls:
+                rounds[-1] = end
+            else:
+                rounds.append(end)
+        # Per round: tokens added, forwards run (one target verification + one assistant forward per candidate).
+        added, forwards = [], []
+        previous_length, previous_calls = start_length, 0
+        for _, length, calls, _ in rounds:
+            added.append(length - previous_length)
+            forwards.append(calls - previous_calls)
+            previous_length, previous_calls = length, calls
+        if method == "assisted":
+            proposed = sum(max(calls - 1, 0) for calls in forwards)
+            accepted = sum(max(count - 1, 0) for count in added)
+        else:
+            proposed = accepted = 0
+        # Loop overhead: between the end of the first round (which holds the prompt's forward) and the last one.
+        if len(rounds) > 1:
+            span = rounds[-1][0] - rounds[0][0]
+            span_forward = rounds[-1][3] - rounds[0][3]
+            overhead_per_round = (span - span_forward) / (len(rounds) - 1)
+            round_time = span / (len(rounds) - 1)
+            loop_per_token = span / (rounds[-1][1] - rounds[0][1])
+        else:
+            overhead_per_round = loop_per_token = round_time = float("nan")
+        # Time per token for a run of M new tokens (the prefix of this run: identical work), for each mark M.
+        prefix = {}
+        for mark in marks:
+            for when, length, _, _ in rounds:
+                if length - start_length >= mark:
+                    prefix[str(mark)] = (when - start) / (length - start_length)
+                    break
+        return {
+            "workload": workload,
+            "method": method,
+            "max_new_tokens": max_new_tokens,
+            "new_tokens": new_tokens,
+            "time": elapsed,  # on the worker's clock, as every time below
+            "per_token": elapsed / new_tokens,
+            "wall": wall,
+            "wall_per_token": wall / new_tokens,
+            "cpu": cpu,  # process CPU time, all threads
+            "cpu_per_token": cpu / new_tokens,
+            "forward_time": clock.forward_time,
+            "forward_calls": clock.forward_calls,
+            "rounds": len(rounds),
+            "overhead_per_round": overhead_per_round,
+            "round_time": round_time,
+            # Everything outside the model forwards (set-up included), per generated token.
+            "outside_per_token": (elapsed - clock.forward_time) / new_tokens,
+            "forward_per_token": clock.forward_time / new_tokens,
+            "loop_per_token": loop_per_token,
+            "proposed": proposed,
+            "accepted": accepted,
+            "prefix_per_token": prefix,
+            "prompt_length": prompt_length,
+            "first_round": rounds[0][0] - start,  # the prompt's round: time to the first token
+            # The trained pair speaks bytes: its continuation is worth reading.
+            "continuation": output[0, start_length:].tolist() if workload == "trained" else None,
+            "output_sha": hashlib.sha256(output.cpu().numpy().tobytes()).hexdigest()[:16],
+            "weights_sha": weights,
+            # Counted by forward hooks, whatever the stopping criteria see: one target forward per round (greedy:
+            # per token), one assistant forward per drafted candidate (for every row of a batch at once).
+            "batch_size": output.shape[0],
+            "target_calls": clock.calls_by_module.get(id(target), 0),
+            "assistant_calls": clock.calls_by_module.get(id(assistant), 0) if assistant is not target else 0,
+            "rows": output[:, start_length:].tolist() if keep_rows else None,
+            "ops_outside": sum(counter.counts.values()) if counter is not None else None,
+            "ops_by_name": counter.counts if counter is not None else None,
+            "syncs_outside": sum(counter.syncs.values()) if counter is not None else None,
+            "syncs_by_name": counter.syncs if counter is not None else None,
+        }
+
+    def batch_prompt(self, prompts, pad_token_id=0):
+        """Prompts of different lengths as one batch: left padded with `pad_token_id`, masked by the attention mask."""
+        width = max(len(prompt) for prompt in prompts)
+        input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[row, width - len(prompt) :] = 1
+        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+
+    def batch(self, workload, method, max_new_tokens, prompts, separate=False):
+        """The prompts as one batched call, or one call per prompt (`separate`): the calls' sums, every row's tokens.
+
+        Rounds are target forwards (one per verification; greedy: one per token), drafted candidates are assistant
+        forwards (each drafts one candidate for every row), accepted candidates are the new tokens less the rounds
+        (each round adds the accepted candidates and the model's own token); all counted per row, the same for every
+        row of a batch, as the rows stay aligned.
+        """
+        calls = [[prompt] for prompt in prompts] if separate else [prompts]
+        measured = []
+        for rows in calls:
+            answer = self.run(workload, method, max_new_tokens, prompt=self.batch_prompt(rows), keep_rows=True)
+            if "failed" in answer:
+                return answer
+            measured.append(answer)
+        generated = sum(m["new_tokens"] * m["batch_size"] for m in measured)
+        new_tokens = sum(m["new_tokens"] for m in measured)
+        rounds = sum(m["target_calls"] for m in measured)
+        elapsed = sum(m["time"] for m in measured)
+        wall = sum(m["wall"] for m in measured)
+        return {
+            "workload": workload,
+            "method": method,
+            "separate": separate,
+            "calls": len(calls),
+            "batch_size": len(prompts),
+            "prompt_lengths": [len(prompt) for prompt in prompts],
+            "max_new_tokens": max_new_tokens,
+            "new_tokens": new_tokens,  # per row, summed over the calls
+            "generated": generated,  # every row's tokens
+            "time": elapsed,
+            "per_token": elapsed / generated,
+            "wall": wall,
+            "wall_per_token": wall / generated,
+            "cpu": sum(m["cpu"] for m in measured),
+            "forward_time": sum(m["forward_time"] for m in measured),
+            "rounds": rounds,
+            "proposed": sum(m["assistant_calls"] for m in measured),
+            "accepted": new_tokens - rounds if method == "assisted" else 0,
+            "rows": [row for m in measured for row in m["rows"]],
+            "weights_sha": measured[0]["weights_sha"],
+        }
+
+    def answer(self, command):
+        """The answer to one command of the driver (see the module's docstring)."""
+        op = command["op"]
+        if op == "info":
+            return self.info()
+        if op == "load":
+            self.trained = command.get("trained")
+            if self.builder is not None:
+                self.builder.trained = self.trained
+            names = command["workloads"]
+            return {
+                "weights": {name: self.workload(name)[3] for name in names},
+                "attention": {name: self.attention(name) for name in names},
+            }
+        if op == "save_weights":
+            return self.save_weights(command["workload"], command["path"])
+        if op == "adopt_weights":
+            return self.adopt_weights(command["workload"], command["path"])
+        if op == "costs":
+            return self.forward_costs(command["workload"])
+        if op == "batch":
+            return self.batch(
+                command["workload"],
+                command["method"],
+                command["max_new_tokens"],
+                command["prompts"],
+                command.get("separate", False),
+            )
+        if op == "run":
+            return self.run(
+                command["workload"],
+                command["method"],
+                command["max_new_tokens"],
+                command.get("marks", ()),
+                count_ops=command.get("count_ops", False),
+            )
+        raise ValueError(f"unknown op {op!r}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Answers go to the original stdout; anything else printed (warnings, libraries) goes to stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    worker = Worker(args)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        command = json.loads(line)
+        if command["op"] == "quit":
+            break
+        try:
+            answer = {"ok": True, **worker.answer(command)}
+        except Exception as error:  # reported to the driver, which stops the benchmark
+            import traceback
+
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+        answers.write(json.dumps(answer) + "\n")

@@ -1,0 +1,256 @@
+"""What the benchmark runs: model pairs (a target and its assistant, with a prompt) and cases (a pair and a number of
+new tokens), and the batch table's prompts.
+
+Adding a workload is one change here: a new pair is a builder decorated with `@pair` (the worker calls it in every
+side's interpreter, so it builds from config classes under a fixed seed, or loads saved files; torch and transformers
+are imported inside it), and a case is one `Case(...)` line in CASES. The driver imports this module without torch.
+"""
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from . import train
+
+PROMPT_LENGTH = 16
+MAX_POSITIONS = 2048  # prompt + 1024 new tokens + the largest candidate block fit comfortably
+PERTURBATION = float(os.environ.get("BENCH_PERTURBATION", "0.15"))  # noise scale of the partial-acceptance assistant
+TRAINED_PROMPT_LENGTH = 64
+
+
+class Builder:
+    """What a pair's builder gets: the worker's device and dtype, the trained pair (its directory and prompt), and the
+    side's attention implementation (None: the version's default), which every model it builds runs."""
+
+    def __init__(self, device, dtype, trained=None, attention=None):
+        self.device = device
+        self.dtype = dtype
+        self.trained = trained
+        self.attention = attention
+        self.cache = {}  # models shared by several pairs (the GPT-2 small target)
+
+    def finish(self, model):
+        return model.to(device=self.device, dtype=self.dtype).eval()
+
+    def model(self, model_class, config):
+        """`model_class(config)` with the side's attention, on the device, in eval mode."""
+        if self.attention is not None:
+            if not hasattr(config, "_attn_implementation"):
+                import transformers
+
+                raise ValueError(
+                    f"transformers {transformers.__version__} has no attention implementations to choose from "
+                    f"(asked for {self.attention!r})"
+                )
+            config._attn_implementation = self.attention
+        return self.finish(model_class(config))
+
+    def pretrained(self, path):
+        from transformers import AutoModelForCausalLM
+
+        kwargs = {"attn_implementation": self.attention} if self.attention is not None else {}
+        return self.finish(AutoModelForCausalLM.from_pretrained(path, **kwargs))
+
+    def prompt(self, vocab_size):
+        """A random prompt of PROMPT_LENGTH tokens, all-ones attention mask."""
+        import torch
+
+        generator = torch.Generator().manual_seed(2)
+        input_ids = torch.randint(0, vocab_size, (1, PROMPT_LENGTH), generator=generator).to(self.device)
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    build: Callable  # Builder -> (target, assistant, prompt kwargs)
+    greedy: str  # the pair whose target's greedy run is this pair's baseline (pairs sharing a target share it)
+
+
+PAIRS = {}
+
+
+def pair(name, greedy=None):
+    def register(build):
+        PAIRS[name] = Pair(name, build, greedy or name)
+        return build
+
+    return register
+
+
+def _gpt2_small(b):
+    # GPT-2 small: 12 layers, 768 wide, 12 heads, 50257-token vocabulary (~124M parameters with 1024 positions).
+    if "gpt2" not in b.cache:
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        b.cache["gpt2"] = b.model(GPT2LMHeadModel, GPT2Config(n_positions=MAX_POSITIONS))
+    return b.cache["gpt2"]
+
+
+def _perturbed(model, scale, seed):
+    # A copy of the target with Gaussian noise on every weight: it agrees with the target on part of the tokens.
+    import torch
+
+    copied = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in copied.parameters():
+            noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
+            noise = noise.to(device=parameter.device, dtype=parameter.dtype)
+            parameter.add_(noise * (parameter.float().std() * scale).to(parameter.dtype))
+    return copied
+
+
+@pair("draft")
+def _draft(b):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    target = _gpt2_small(b)
+    # A small draft with the same vocabulary: 2 layers, 256 wide (~14M parameters, most of them the embedding).
+    torch.manual_seed(1)
+    draft = b.model(GPT2LMHeadModel, GPT2Config(n_positions=MAX_POSITIONS, n_layer=2, n_embd=256, n_head=4))
+    return target, draft, b.prompt(target.config.vocab_size)
+
+
+@pair("self", greedy="draft")
+def _self(b):
+    target = _gpt2_small(b)
+    return target, target, b.prompt(target.config.vocab_size)
+
+
+@pair("partial", greedy="draft")
+def _partial(b):
+    target = _gpt2_small(b)
+    return target, _perturbed(target, PERTURBATION, seed=3), b.prompt(target.config.vocab_size)
+
+
+@pair("encdec")
+def _encdec(b):
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    # T5-small-like target (6+6 layers, 512 wide, ~60M parameters) and a 2+2-layer, 256-wide draft.
+    torch.manual_seed(4)
+    target = b.model(T5ForConditionalGeneration, T5Config(decoder_start_token_id=0))
+    torch.manual_seed(5)
+    small = T5Config(d_model=256, d_ff=1024, d_kv=32, num_layers=2, num_heads=8, decoder_start_token_id=0)
+    return target, b.model(T5ForConditionalGeneration, small), b.prompt(target.config.vocab_size)
+
+
+@pair("loop")
+def _loop(b):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # Models so small that the forwards cost about as much as the Python around them: the loop's own cost per round
+    # shows here as it would next to the fast forwards of an accelerator.
+    torch.manual_seed(6)
+    config = GPT2Config(n_positions=MAX_POSITIONS, n_layer=2, n_embd=64, n_head=2, vocab_size=1000)
+    target = b.model(GPT2LMHeadModel, config)
+    torch.manual_seed(7)
+    small = GPT2Config(n_positions=MAX_POSITIONS, n_layer=1, n_embd=32, n_head=2, vocab_size=1000)
+    return target, b.model(GPT2LMHeadModel, small), b.prompt(target.config.vocab_size)
+
+
+@pair("trained")
+def _trained(b):
+    # The byte-level pair of `benchkit.train`: a target and a draft distilled from its greedy outputs.
+    import torch
+
+    if not b.trained:
+        raise ValueError("the trained workload needs the directory of the trained models")
+    target = b.pretrained(os.path.join(b.trained["dir"], "target"))
+    draft = b.pretrained(os.path.join(b.trained["dir"], "draft"))
+    input_ids = torch.tensor([b.trained["prompt"]], dtype=torch.long, device=b.device)
+    return target, draft, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+TRAINED_PAIR = (
+    "trained byte-level GPT-2 ({0[n_layer]}x{0[n_embd]}) + distilled draft ({1[n_layer]}x{1[n_embd]})".format(
+        train.SETTINGS["target"], train.SETTINGS["draft"]
+    )
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A pair and a number of new tokens (`quick_tokens` in a QUICK run). `group`: how many repetitions it gets
+    (`benchkit.measure.FULL`); `count_ops`: its operations outside the forwards are counted; `poor_draft`: a draft that
+    does not pay (it disagrees, half agrees, or costs what the target costs), where assisted decoding must lose little
+    against greedy search."""
+
+    name: str
+    pair: str
+    tokens: int
+    quick_tokens: int
+    description: str
+    group: str  # "headline", "cheap" or "costly"
+    count_ops: bool = False
+    poor_draft: bool = False
+
+    def new_tokens(self, quick):
+        return self.quick_tokens if quick else self.tokens
+
+    def greedy_key(self, quick):
+        """(pair, tokens) of the greedy run this case is measured against."""
+        return PAIRS[self.pair].greedy, self.new_tokens(quick)
+
+
+CASES = {
+    case.name: case
+    for case in [
+        Case("trained", "trained", 128, 128, TRAINED_PAIR, "headline", count_ops=True),
+        Case("trained-16", "trained", 16, 16, "the same pair, 16 new tokens", "headline", count_ops=True),
+        Case("draft", "draft", 128, 32, "random GPT-2 small (124M) + 2-layer draft (14M)", "costly", poor_draft=True),
+        Case("draft-16", "draft", 16, 16, "the same pair, 16 new tokens", "cheap", poor_draft=True),
+        Case("self", "self", 128, 32, "GPT-2 small as its own assistant", "costly", poor_draft=True),
+        Case("partial", "partial", 128, 32, "GPT-2 small + noisy copy of itself", "costly", poor_draft=True),
+        Case("encdec", "encdec", 128, 32, "random T5-small-like (60M) + 2+2-layer T5 draft", "cheap", count_ops=True),
+        Case(
+            "loop",
+            "loop",
+            1024,
+            256,
+            "tiny GPT-2 (2x64) + 1-layer draft: the loop's own cost dominates",
+            "cheap",
+            count_ops=True,
+        ),
+    ]
+}
+HEADLINE = "trained"
+# Groups in the order their first repetitions run: the headline cases are the cheapest and get the most repetitions
+# (their ratios are the run's verdict; a shared machine's noise spreads single ratios by 15% or more); the other cheap
+# cases many; the GPT-2 small ones cost most of the run.
+GROUPS = ["headline", "cheap", "costly"]
+
+
+def greedy_name(key):
+    """The name of a greedy run's measurements: greedy:PAIR:TOKENS."""
+    return f"greedy:{key[0]}:{key[1]}"
+
+
+# The batch table: the trained pair, B held-out prompts of different lengths, left padded.
+BATCH_SIZES = [1, 4, 8]
+# Row r of a batch: the first BATCH_PROMPT_LENGTHS[r % 8] bytes of the r-th held-out prompt (left padded).
+BATCH_PROMPT_LENGTHS = [64, 40, 56, 32, 48, 60, 36, 52]
+# name: (method, one call per prompt)
+BATCH_METHODS = {
+    "batched-assisted": ("assisted", False),
+    "batched-greedy": ("greedy", False),
+    "separate-assisted": ("assisted", True),
+    "separate-greedy": ("greedy", True),
+}
+
+
+def trained_prompt():
+    return train.prompts(1, TRAINED_PROMPT_LENGTH)[0]
+
+
+def batch_prompts(count):
+    """`count` held-out prompts of the trained pair, as the trained case takes its own, cut to different lengths."""
+    chosen = train.prompts(count, TRAINED_PROMPT_LENGTH)
+    return [prompt[: BATCH_PROMPT_LENGTHS[row % len(BATCH_PROMPT_LENGTHS)]] for row, prompt in enumerate(chosen)]
