@@ -1,12 +1,13 @@
-"""Benchmark assisted generation: stock v4.31.0, upstream 4.35.2 and 4.36.2, and the patched fork, side by side.
+"""Benchmark assisted generation: stock v4.31.0, upstream 4.35.2, 4.36.2 and 5.23.0, the patched fork, side by side.
 
 Each side runs in its own worker process (`scripts/bench_worker.py`) started with that side's interpreter and settings,
 so no two transformers versions share a process: stock and patched come from the project's virtual environments, the
 upstream releases from environments this script creates under build/bench/peers/ (`scripts/bench_peers.py`, pinned,
-created once and reused). A side is an environment and its settings (attention implementation, draft length). The
-driver runs every side on the same models and inputs, one run after the other, the order rotating
+created once and reused). A side is an environment and its settings (attention implementation, draft length): 5.23.0
+runs twice, as it ships (its own draft-length defaults and sdpa attention) and with eager attention (what the 4.31
+models run). The driver runs every side on the same models and inputs, one run after the other, the order rotating
 every repetition, after a warm-up, and checks that every side produced the same tokens. Each side's draft length is
-set to the same state before every call: their heuristic from 5 candidates.
+set to the same state before every call: the 4.3x sides their heuristic from 5 candidates, 5.23.0 its defaults.
 
 Cases (a model pair and a number of new tokens; nothing downloaded):
   trained     a byte-level GPT-2 target and a draft distilled from it, trained here on Python standard library
@@ -32,7 +33,7 @@ environments, measurement, counting, report, plots).
 Usage:
   python scripts/bench.py --patched-python .venv/bin/python --stock-python .venv-stock/bin/python [--quick]
   python scripts/bench.py ... --peers ""          # stock and patched only
-  python scripts/bench.py ... --peers 4.36.2      # one upstream release
+  python scripts/bench.py ... --peers 5.23.0      # one upstream release (both its sides)
   python scripts/bench.py ... --constant-draft 1-10 --patched-draft heuristic:5   # other patched draft lengths
   python scripts/bench.py --patched-python .venv/bin/python --batch-only [--quick]   # the batch table alone
   python scripts/bench.py --report-from build/bench/results.json   # rebuild the report of an earlier run

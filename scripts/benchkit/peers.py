@@ -53,6 +53,9 @@ class Peer:
         return list(self.pins) + list(self.closure) + SHARED
 
 
+# 5.x's defaults are the release as shipped: its own draft length (`num_assistant_tokens` 20, schedule "constant",
+# `assistant_confidence_threshold` 0.4) and attention (sdpa); the eager side runs the attention 4.31's models run.
+RELEASE_DEFAULTS = Settings(draft=DraftLength.defaults())
 PEERS = {
     peer.version: peer
     for peer in [
@@ -62,6 +65,36 @@ PEERS = {
         ),
         Peer(
             "4.36.2", ("transformers==4.36.2", "tokenizers==0.15.2", "huggingface-hub==0.20.1", "safetensors==0.4.1")
+        ),
+        # 5.23.0 wants huggingface-hub>=1.31,<3 (its httpx2 client), tokenizers>=0.23.1,<0.24, safetensors>=0.8, and
+        # typer (the `transformers` command line). The closure is what pip resolved for these pins with SHARED.
+        Peer(
+            "5.23.0",
+            ("transformers==5.23.0", "tokenizers==0.23.3", "huggingface-hub==2.4.0", "safetensors==0.8.0"),
+            closure=(
+                "typer==0.29.2",
+                "click==8.5.1",
+                "rich==15.0.0",
+                "markdown-it-py==4.3.0",
+                "mdurl==0.1.2",
+                "Pygments==2.21.0",
+                "shellingham==1.5.4",
+                "annotated-doc==0.0.7",
+                "pydantic==2.14.4",
+                "pydantic_core==2.50.5",
+                "annotated-types==0.8.0",
+                "typing-inspection==0.4.5",
+                "hf-xet==1.8.0",
+                "httpx2==2.16.2",
+                "httpcore2==2.16.2",
+                "anyio==4.16.0",
+                "h11==0.16.0",
+                "truststore==0.10.5",
+            ),
+            sides=(
+                ("", RELEASE_DEFAULTS, ""),
+                ("eager", Settings(attention="eager", draft=DraftLength.defaults()), "eager"),
+            ),
         ),
     ]
 }

@@ -2,7 +2,7 @@
 
 A side is (environment, settings): each runs in a worker process of its own, started with its environment's
 interpreter and its settings (`benchkit.settings`: the attention implementation, the draft length). Sides share an
-environment when they differ only in settings (a release with its defaults and with another attention; the patched
+environment when they differ only in settings (upstream 5.23.0 with its defaults and with eager attention; the patched
 fork with constant draft lengths). The roles stay with the names: "stock" and "patched" also run greedy search (their
 ratio is the noise floor), "patched" is the fork the ratios are about, and the sides of kind "peer" are the upstream
 releases its best is compared with.

@@ -18,7 +18,7 @@ from benchkit import counting, peers, report, sides, summary, train, workloads  
 from benchkit import worker as bench_worker  # noqa: E402
 from benchkit.settings import DraftLength, Settings  # noqa: E402
 
-ALL_SIDES = ["stock", "4.35.2", "4.36.2", "patched"]
+ALL_SIDES = ["stock", "4.35.2", "4.36.2", "5.23.0", "5.23.0-eager", "patched"]
 
 
 def make_worker(**settings):
@@ -104,7 +104,7 @@ def test_peers_are_pinned_exactly_with_the_local_torch():
         assert all("==" in line and not any(c in line for c in "<>~!*") for line in requirements), requirements
         names = [line.split("==")[0].lower().replace("_", "-") for line in requirements]
         assert len(names) == len(set(names)), f"{version} pins a package twice"
-    assert peers.stamp("4.35.2") != peers.stamp("4.36.2")
+    assert peers.stamp("5.23.0") != peers.stamp("4.36.2")
 
 
 def test_a_run_has_its_sides_in_table_order_with_unique_names():
@@ -112,8 +112,11 @@ def test_a_run_has_its_sides_in_table_order_with_unique_names():
     names = [side.name for side in run]
     assert names == ALL_SIDES + ["patched-k1", "patched-k2"]
     assert len({side.short for side in run}) == len(run)
-    assert [side.kind for side in run].count("peer") == 2
+    assert [side.kind for side in run].count("peer") == 4
     by_name = {side.name: side for side in run}
+    assert by_name["5.23.0"].environment == by_name["5.23.0-eager"].environment == "5.23.0"
+    assert by_name["5.23.0"].settings.draft.is_defaults() and by_name["5.23.0"].settings.attention is None
+    assert by_name["5.23.0-eager"].settings.attention == "eager"
     assert by_name["4.35.2"].settings.draft == DraftLength.heuristic(5)
     assert by_name["patched-k2"].settings.draft == DraftLength("constant", 2, 0.0)
     # a saved run's sides come back as they ran, with or without their stored specs (runs saved before them)
@@ -321,8 +324,8 @@ def test_operation_counts_pair_each_case_with_its_greedy_reference():
 def fake_run():
     """A small run of every side on the headline case and two poor-draft cases: (results, sides, meta, info)."""
     run = sides.run_sides(list(peers.PEERS))
-    # time per token of each side on the trained case; 4.35.2 is the fastest upstream side
-    trained = {"stock": 3.0, "4.35.2": 2.6, "4.36.2": 2.9, "patched": 2.7}
+    # time per token of each side on the trained case; 5.23.0 eager is the fastest upstream side
+    trained = {"stock": 3.0, "4.35.2": 2.6, "4.36.2": 2.9, "5.23.0": 2.5, "5.23.0-eager": 2.4, "patched": 2.7}
     results = []
     for rep in range(3):
         jitter = 1 + 0.01 * rep
@@ -349,8 +352,8 @@ def fake_run():
         "load_before": "1.0",
         "load_after": "1.0",
         "patches": 25,
-        "attention": {side.name: {"trained": "eager" if side.name == "4.36.2" else None} for side in run},
-        "adopted": {"encdec": ["4.36.2"]},
+        "attention": {side.name: {"trained": "sdpa" if side.name == "5.23.0" else None} for side in run},
+        "adopted": {"encdec": ["5.23.0", "5.23.0-eager"]},
     }
     info = {}
     for side in run:
@@ -366,6 +369,14 @@ def fake_run():
             "dtype": "float32",
             "clock": "cpu",
         }
+    info["5.23.0"]["draft_defaults"] = {
+        "via": "generation_config",
+        "num_assistant_tokens": 20,
+        "schedule": "constant",
+        "confidence": 0.4,
+        "confidence_adapts": False,
+    }
+    info["5.23.0-eager"]["draft_defaults"] = info["5.23.0"]["draft_defaults"]
     return results, run, meta, info
 
 
@@ -375,16 +386,16 @@ def test_the_report_keeps_its_sections_and_names_every_side():
     text = report.report(meta, info, run, table, growth, [], results)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings == ["## Machine and versions", "## Cases", "## Method", "## Results", "## Plots", "## GPU"]
-    assert text.startswith("# Benchmark: assisted generation, stock 4.31.0, upstream 4.35/4.36 and the patched")
+    assert text.startswith("# Benchmark: assisted generation, stock 4.31.0, upstream 4.35/4.36/5.23 and the patched")
     for side in run:
         assert side.label in text
     assert "| trained | 128 |" in text
-    # the draft lengths and attention are named, and the weights a side adopted
-    assert "`assistant_model.generation_config.num_assistant_tokens` set to 5 before each call" in text
-    assert "upstream 4.36.2: `eager` (its default)" in text
+    # 5.23.0's defaults and attention are named, and the weights it adopted
+    assert "`num_assistant_tokens` 20, schedule `constant`, `assistant_confidence_threshold` 0.4" in text
+    assert "`sdpa` (its default)" in text
     assert "initializes `encdec` in another order" in text
-    assert "transformers==4.36.2, tokenizers==0.15.2, huggingface-hub==0.20.1, safetensors==0.4.1" in text
-    assert "patched/4.35.2 (the fastest upstream side on this case)" in text
+    assert "transformers==5.23.0, tokenizers==0.23.3, huggingface-hub==2.4.0, safetensors==0.8.0" in text
+    assert "patched/5.23.0-eager (the fastest upstream side on this case)" in text
 
 
 def test_the_verdict_ends_with_the_headline_lines():
