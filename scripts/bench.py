@@ -27,6 +27,10 @@ batched assisted run must return batched greedy search's tokens row for row, eve
 tokens for its prompt alone. The section goes into benchmarks.md between its own markers, so that a `--batch-only`
 run replaces that section alone.
 
+The run ends with its verdict: the noise floor (greedy patched/stock), assisted patched/stock and the speedup over
+greedy on the trained pair, patched over the best upstream side on it, and assisted over greedy on the worst of the
+poor-draft cases (draft, draft-16, partial, self).
+
 The code is the package scripts/benchkit/ (its __init__ says where what varies lives: workloads, sides and their
 environments, measurement, counting, report, plots).
 

@@ -10,7 +10,7 @@ from . import peers as peer_envs
 from .counting import operation_counts
 from .plots import plots
 from .sides import PATCHED, STOCK
-from .summary import summarize, summarize_batch
+from .summary import summarize, summarize_batch, worst_poor_draft
 from .workloads import CASES, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -786,8 +786,8 @@ def publish_batch(docs_dir, info, sides, results, meta, json_path):
 
 
 def verdict(table, labels):
-    """The run's closing lines: the noise floor, patched/stock, the speedup over greedy. SystemExit without the
-    headline."""
+    """The run's closing lines: the noise floor, patched/stock, the speedup over greedy, patched/best peer, and the
+    worst poor-draft case against greedy. SystemExit without the headline."""
     head = table.get(HEADLINE)
     if not head or not head["ratio"]:
         raise SystemExit("bench: no headline: the trained case did not run on both stock and patched")
@@ -804,6 +804,26 @@ def verdict(table, labels):
         f"assisted speedup over greedy, trained draft: {value:.2f} "
         f"(median of {head['reps']} runs, spread {low:.2f}-{high:.2f}; patched, {head['tokens']} tokens)"
     )
+    if head["peer_ratio"]:
+        value, low, high = head["peer_ratio"]
+        lines.append(
+            f"assisted patched/best peer time per token: {value:.3f} (best peer: "
+            f"{labels.get(head['best_peer'], head['best_peer'])}, the fastest upstream side on the {HEADLINE} case; "
+            f"median of {head['reps']} runs, spread {low:.3f}-{high:.3f}; trained pair, {head['tokens']} tokens)"
+        )
+    else:
+        lines.append(f"assisted patched/best peer time per token: n/a (no upstream side ran the {HEADLINE} case)")
+    poor = [name for name, case in CASES.items() if case.poor_draft]
+    worst = worst_poor_draft(table)
+    if worst:
+        case, row = worst
+        value, low, high = row["slowdown"][PATCHED]
+        lines.append(
+            f"assisted/greedy time per token, poor draft: {value:.2f} ({case}, the worst of {', '.join(poor)}; "
+            f"patched, median of {row['reps']} runs, spread {low:.2f}-{high:.2f}; {row['tokens']} tokens)"
+        )
+    else:
+        lines.append(f"assisted/greedy time per token, poor draft: n/a (none of {', '.join(poor)} ran)")
     return lines
 
 

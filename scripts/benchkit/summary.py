@@ -84,8 +84,9 @@ def summarize(results, sides, cases, quick=False):
         ran = [peer for peer in peers if peer in done]
         row["best_peer"] = min(ran, key=lambda peer: done[peer]["per_token"]) if ran else None
         row["peer_ratio"] = paired(PATCHED, row["best_peer"]) if row["best_peer"] and PATCHED in done else None
-        # Speedup over greedy: the patched greedy run of the same repetition over each side's assisted run.
-        row["speedup"] = {}
+        # Against greedy: the patched greedy run of the same repetition and each side's assisted run; the speedup is
+        # greedy over assisted, the slowdown assisted over greedy (> 1 where assisted decoding loses).
+        row["speedup"], row["slowdown"] = {}, {}
         for side in done:
             pairs = [
                 (greedy[rep][PATCHED]["per_token"], runs[rep][side]["per_token"])
@@ -93,6 +94,7 @@ def summarize(results, sides, cases, quick=False):
                 if rep in greedy and PATCHED in greedy[rep] and side in runs[rep] and "failed" not in runs[rep][side]
             ]
             row["speedup"][side] = summary_of([g / a for g, a in pairs]) or (float("nan"),) * 3
+            row["slowdown"][side] = summary_of([a / g for g, a in pairs]) or (float("nan"),) * 3
         outputs = set().union(*(values["output"] for values in done.values())) if done else set()
         row["same_tokens"] = len(outputs) == 1
         row["same_as_greedy"] = outputs == greedy_output
@@ -103,6 +105,16 @@ def summarize(results, sides, cases, quick=False):
             label = "greedy" if result["method"] == "greedy" else result["side"]
             growth[label] = {int(mark): value for mark, value in result["prefix_per_token"].items()}
     return table, growth
+
+
+def worst_poor_draft(table, side=PATCHED):
+    """(case, row) of the poor-draft case where `side`'s assisted decoding loses most against greedy, or None."""
+    rows = [
+        (case, row)
+        for case, row in table.items()
+        if CASES[case].poor_draft and side in row["side"] and row["slowdown"].get(side)
+    ]
+    return max(rows, key=lambda item: item[1]["slowdown"][side][0]) if rows else None
 
 
 def first_difference(rows, reference):

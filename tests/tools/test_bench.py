@@ -290,6 +290,7 @@ def test_ratios_pair_the_runs_of_one_repetition_and_name_the_failed_side():
     assert row["best_peer"] == "4.35.2"
     assert row["peer_ratio"][0] == pytest.approx(0.4 / 0.45)
     assert row["speedup"]["patched"] == pytest.approx((2.5, 2.5, 2.5))
+    assert row["slowdown"]["patched"] == pytest.approx((0.4, 0.4, 0.4))
     assert row["failed"] == {"4.36.2": "fails: X"}
     assert row["same_tokens"] and row["same_as_greedy"]
 
@@ -398,7 +399,7 @@ def test_the_report_keeps_its_sections_and_names_every_side():
     assert "patched/5.23.0-eager (the fastest upstream side on this case)" in text
 
 
-def test_the_verdict_ends_with_the_headline_lines():
+def test_the_verdict_ends_with_the_best_peer_and_the_worst_poor_draft():
     results, run, meta, _ = fake_run()
     table, _ = summary.summarize(results, run, meta["cases"])
     lines = report.verdict(table, {side.name: side.label for side in run})
@@ -406,4 +407,10 @@ def test_the_verdict_ends_with_the_headline_lines():
         "greedy patched/stock time per token, trained pair",
         "assisted patched/stock time per token",
         "assisted speedup over greedy, trained draft",
+        "assisted patched/best peer time per token",
+        "assisted/greedy time per token, poor draft",
     ]
+    assert lines[3].startswith(
+        f"assisted patched/best peer time per token: {2.7 / 2.4:.3f} (best peer: upstream 5.23.0 eager"
+    )
+    assert lines[4].startswith("assisted/greedy time per token, poor draft: 2.50 (partial, the worst of ")
