@@ -140,9 +140,9 @@ record-plain: stock ## re-record plain greedy/beam/contrastive outputs of stock 
 	TRANSFORMERS_TREE=$(STOCK_TREE) $(STOCK_PY) scripts/record_plain_outputs.py
 
 .PHONY: bench
-# The driver creates the upstream 4.35.2/4.36.2 environments (build/bench/peers/) and trains the draft/target pair
-# (build/bench/trained/) on first use, and reuses them afterwards.
-bench: install stock ## assisted decoding speed: patched vs stock 4.31 vs upstream 4.35/4.36 vs greedy (QUICK=1: short)
+# The driver creates the upstream 4.35.2/4.36.2/5.23.0 environments (build/bench/peers/) and trains the draft/target
+# pair (build/bench/trained/) on first use, and reuses them afterwards (scripts/benchkit/).
+bench: install stock ## assisted decoding speed: patched vs stock 4.31 vs upstream 4.35/4.36/5.23 vs greedy (QUICK=1: short)
 	$(VPY) scripts/bench.py --patched-python $(VPY) --stock-python $(STOCK_PY) $(if $(QUICK),--quick)
 
 .PHONY: lint

@@ -22,7 +22,8 @@ def figure_footer(meta, info, sides):
     patched = info[PATCHED]
     peers = list(dict.fromkeys(info[side.name]["transformers"] for side in sides if side.kind == "peer"))
     versions = f"stock {info[STOCK]['transformers']}" if STOCK in info else ""
-    versions += f", upstream {' and '.join(peers)}" if peers else ""
+    if peers:
+        versions += ", upstream " + (peers[0] if len(peers) == 1 else ", ".join(peers[:-1]) + " and " + peers[-1])
     how = (
         f"{patched['device_name']} {patched['dtype']}, 1 torch thread per worker, "
         f"{patched['clock']} time, medians over paired repetitions"

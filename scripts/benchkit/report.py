@@ -84,8 +84,8 @@ def draft_text(side, info):
     start = draft.start if draft.start is not None else defaults["num_assistant_tokens"]
     if defaults["via"] == "max_assistant_tokens":
         return (
-            f"its heuristic from {start} candidates, `assistant_model.max_assistant_tokens` (which 4.31 keeps on the "
-            "assistant across calls: the worker resets it before each call)"
+            f"the 4.31 heuristic from {start} candidates, `assistant_model.max_assistant_tokens` (which 4.31 keeps on "
+            "the assistant across calls: the worker resets it before each call)"
         )
     schedule = draft.schedule or defaults["schedule"]
     confidence = draft.confidence if draft.confidence is not None else defaults.get("confidence")
@@ -99,7 +99,7 @@ def draft_text(side, info):
         )
     if draft.is_defaults():
         return (
-            f"its defaults, restored before each call: `num_assistant_tokens` {start}, schedule `{schedule}`"
+            f"the release's defaults, restored before each call: `num_assistant_tokens` {start}, schedule `{schedule}`"
             f"{threshold}"
         )
     return (
@@ -206,19 +206,19 @@ def report(meta, info, sides, table, growth, files, results):
     add(f"- Patched tree: {meta['patches']} commits on top of v4.31.0.")
     adopted = meta.get("adopted") or {}
     if adopted:
-        by_side = {}
-        for workload, adopters in adopted.items():
-            for side in adopters:
-                by_side.setdefault(side, []).append(f"`{workload}`")
         labels = {side.name: side.label for side in sides}
+        by_sides = {}
+        for workload, adopters in adopted.items():
+            by_sides.setdefault(tuple(adopters), []).append(f"`{workload}`")
         add(
             "- Weights: every side builds the random-weight models from the same seeds, and their checksums must "
             "match. "
             + "; ".join(
-                f"{labels.get(side, side)} initializes {listing(workloads)} in another order"
-                for side, workloads in by_side.items()
+                f"{listing(labels.get(side, side) for side in adopters)} built other {listing(workloads)} weights "
+                "(their transformers initializes the modules in another order)"
+                for adopters, workloads in by_sides.items()
             )
-            + ": those sides load the weights the patched side built (`build/bench/weights/`), checked equal after."
+            + ": they load the weights the patched side built (`build/bench/weights/`), checked equal after."
         )
     trained = meta.get("trained_meta")
     if trained:

@@ -394,7 +394,7 @@ def test_the_report_keeps_its_sections_and_names_every_side():
     # 5.23.0's defaults and attention are named, and the weights it adopted
     assert "`num_assistant_tokens` 20, schedule `constant`, `assistant_confidence_threshold` 0.4" in text
     assert "`sdpa` (its default)" in text
-    assert "initializes `encdec` in another order" in text
+    assert "upstream 5.23.0 and upstream 5.23.0 eager built other `encdec` weights" in text
     assert "transformers==5.23.0, tokenizers==0.23.3, huggingface-hub==2.4.0, safetensors==0.8.0" in text
     assert "patched/5.23.0-eager (the fastest upstream side on this case)" in text
 
