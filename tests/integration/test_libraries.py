@@ -96,12 +96,17 @@ def test_text_generation_pipeline(kind, given):
     greedy_pipe = pipeline("text-generation", model=target, tokenizer=tokenizer, device=target.device)
     greedy = greedy_pipe(prompt, **call)[0]["generated_token_ids"]
     reset_assistant(assistant)
-    if given == "at-construction":
-        assisted_pipe = pipeline(
-            "text-generation", model=target, tokenizer=tokenizer, device=target.device, assistant_model=assistant
-        )
-        assisted = assisted_pipe(prompt, **call)[0]["generated_token_ids"]
-    else:
-        assisted = greedy_pipe(prompt, assistant_model=assistant, **call)[0]["generated_token_ids"]
-    assert hasattr(assistant, "max_assistant_tokens"), "the pipeline did not run assisted generation"
+    drafted = []
+    handle = assistant.register_forward_pre_hook(lambda module, args: drafted.append(1))
+    try:
+        if given == "at-construction":
+            assisted_pipe = pipeline(
+                "text-generation", model=target, tokenizer=tokenizer, device=target.device, assistant_model=assistant
+            )
+            assisted = assisted_pipe(prompt, **call)[0]["generated_token_ids"]
+        else:
+            assisted = greedy_pipe(prompt, assistant_model=assistant, **call)[0]["generated_token_ids"]
+    finally:
+        handle.remove()
+    assert drafted, "the pipeline did not run assisted generation"
     assert_same_tokens(torch.tensor([greedy]), torch.tensor([assisted]), f"through the pipeline ({given})")

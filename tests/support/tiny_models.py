@@ -675,8 +675,17 @@ POST_BUILD = {
 
 
 def reset_assistant(model):
+    """Starts `model`, as an assistant, from v4.31.0's draft-length rule: 5 candidates, +2 after a round whose
+    candidates were all accepted, -1 otherwise. The suite checks the tokens of rounds that verify candidates: the
+    default schedule of the series ("adaptive") drafts none where they do not pay, which a test model's assistant
+    (often the model itself) rarely does. `tests/integration/test_draft_length.py` tests the schedules themselves.
+    The attributes are plain ones on stock 4.31.0, which ignores them."""
     if hasattr(model, "max_assistant_tokens"):
         del model.max_assistant_tokens
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None:
+        generation_config.num_assistant_tokens = 5
+        generation_config.num_assistant_tokens_schedule = "heuristic"
 
 
 # ----------------------------------------------------------------------------------------------------------------
