@@ -3,8 +3,8 @@
 Counted, not timed (timing belongs in `make bench`): a sync is a call that makes the host wait for the device (on a
 GPU, a stall of the pipeline), as `scripts/bench_worker.py` counts them (`.item()`, `bool()`, `int()`, `float()` or
 an index of a tensor, `.tolist()`, `nonzero`, `.cpu()`, boolean-mask indexing), outside the forward passes of the
-two models. The per-round figure is the difference between two calls that differ only in their length, divided by
-their difference in rounds: the set-up of `generate` cancels out.
+two models. The syncs of a round are those counted between two forward passes of the model (the verifications), so
+the set-up of `generate` before the first one is left out; every round is held to the limit.
 
 What each test fails on:
 - `test_syncs_per_round`: stock 4.31.0 (one sync per draft step to look for EOS, four or five more per round to
@@ -13,6 +13,8 @@ What each test fails on:
   stock and upstream), for a model that does not declare it needs that.
 - `test_first_round_of_a_model_that_numbers_its_prompt_apart`: a loop that drafts in the first round of RoBERTa,
   whose uncached forward pass numbers a padded prompt otherwise than the cached passes (other tokens than greedy).
+- `test_rounds_without_candidates_do_not_sync`: a loop that compares candidates (and reads their number of matches)
+  in rounds that drafted none, which the adaptive draft length runs when drafting does not pay.
 """
 
 import copy
@@ -20,10 +22,11 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import GPT2LMHeadModel, RobertaForCausalLM
 
 from integration._common import assert_same_tokens, run
-from support.tiny_models import draft_model, generation_inputs, tiny_model
+from support.tiny_models import draft_model, generate, generation_inputs, reset_assistant, tiny_model
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # one sync to decide the matches of a round, one to tell whether every row is finished (with an EOS token)
@@ -48,6 +51,7 @@ class _Count:
         self.depth = 0
         self.target_forwards = 0
         self.target_input_lengths = []  # the number of tokens given to each forward pass of the target
+        self.syncs_at_target_forwards = []  # the syncs counted before each forward pass of the target
         counter = self
 
         class Mode(TorchFunctionMode):
@@ -67,6 +71,7 @@ class _Count:
             self.depth += 1
             if is_target and self.depth == 1:
                 self.target_forwards += 1
+                self.syncs_at_target_forwards.append(self.syncs)
                 ids = kwargs.get("input_ids", args[0] if args else None)
                 self.target_input_lengths.append(ids.shape[1])
 
@@ -97,14 +102,12 @@ def _counted(target, assistant, max_new_tokens):
 def test_syncs_per_round(assistant_kind):
     target = tiny_model(GPT2LMHeadModel, seed=0)
     assistant = draft_model(target) if assistant_kind == "draft" else copy.deepcopy(target)
-    short, _ = _counted(target, assistant, 8)
-    long, _ = _counted(target, assistant, 32)
-    rounds = long.target_forwards - short.target_forwards
-    assert rounds > 0, "no more rounds for more tokens"
-    per_round = (long.syncs - short.syncs) / rounds
-    assert (
-        per_round <= MAX_SYNCS_PER_ROUND
-    ), f"{per_round:.1f} host-device syncs per round ({long.syncs - short.syncs} over {rounds} rounds)"
+    counter, _ = _counted(target, assistant, 32)
+    # the syncs between two verifications: those of a whole round (the first one's set-up of `generate` left out)
+    at_forwards = counter.syncs_at_target_forwards
+    per_round = [later - earlier for earlier, later in zip(at_forwards[:-1], at_forwards[1:], strict=True)]
+    assert len(per_round) >= 2, "not enough rounds"
+    assert max(per_round) <= MAX_SYNCS_PER_ROUND, f"host-device syncs per round: {per_round}"
 
 
 def test_first_round_drafts():
@@ -134,3 +137,24 @@ def test_first_round_of_a_model_that_numbers_its_prompt_apart():
     assert (
         counter.target_input_lengths[0] == prompt_length
     ), f"the first verification got {counter.target_input_lengths[0]} tokens for a prompt of {prompt_length}"
+
+
+def test_rounds_without_candidates_do_not_sync():
+    """The model as its own assistant cannot pay: the adaptive schedule drafts nothing, and its rounds are steps of
+    greedy search, with the one sync that tells whether every row is finished."""
+    target = tiny_model(GPT2LMHeadModel, seed=0)
+    assistant = copy.deepcopy(target)
+    inputs = dict(generation_inputs(target, "plain"), max_new_tokens=16)
+    inputs.update(eos_token_id=target.config.vocab_size - 1, pad_token_id=0)
+    reset_assistant(assistant)
+    assistant.generation_config.num_assistant_tokens_schedule = "adaptive"
+    counter = _Count(target, assistant)
+    try:
+        with counter.mode, torch.no_grad():
+            output = generate(target, assistant_model=assistant, **inputs)
+    finally:
+        counter.remove()
+    assert_same_tokens(run(target, **inputs), output)
+    at_forwards = counter.syncs_at_target_forwards
+    per_round = [later - earlier for earlier, later in zip(at_forwards[:-1], at_forwards[1:], strict=True)]
+    assert counter.target_forwards == 16 and max(per_round) <= 1, f"host-device syncs per round: {per_round}"
