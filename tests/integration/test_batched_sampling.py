@@ -1,19 +1,18 @@
-"""Sampling with assisted generation and several rows: every row's tokens are the target's own samples.
+"""Sampling with assisted generation and several rows: every row's tokens are samples of the target.
 
-The rule (as for one row in v4.31.0): at every position of a round, the target draws its own sample from its
-(processed, warped) distribution given the row's prefix; the candidates are accepted while they equal those samples,
-and the target's sample after the last accepted one is added. Each token is therefore a sample of the target given
-the tokens before it, whatever the assistant proposed. Checked three ways, each failing on v4.31.0 and on the series
-without its batching patch (they refuse batches and `num_return_sequences > 1`):
+The rule is speculative sampling (`test_speculative_sampling.py` checks its exactness against the exact
+distribution): each candidate is drawn from the assistant's distribution and kept with probability
+`min(1, p / q)`, a rejected one is replaced with a sample of the residual, and the position after the last candidate
+gets the target's own sample; in a batch every row accepts as many candidates as the row that accepts the fewest.
+Checked three ways here, each failing on v4.31.0 and on the series without its batching patch (they refuse batches
+and `num_return_sequences > 1`):
 
 - `top_k=1` sampling with an assistant returns batched greedy search's tokens;
 - `num_return_sequences` gives that many rows per prompt;
-- on a vocabulary of 8 tokens, the pairs of the second and third new tokens (the first that candidates decide: the
-  first round drafts nothing) of 3000 rows drawn with an assistant follow the same distribution as 3000 rows drawn by
-  plain sampling (total variation distance below 0.12, seeded: 0.067 here, and two plain runs of 3000 rows lie 0.070
-  apart). Two broken loops were checked to fail it: one that accepts every candidate (0.23 away) and one that returns
-  the candidates instead of the target's samples (0.24 away); the assistant's own samples lie far off too (above
-  0.3, checked in the test).
+- on a vocabulary of 8 tokens, the pairs of the second and third new tokens of 3000 rows drawn with an assistant
+  follow the same distribution as 3000 rows drawn by plain sampling (total variation distance below 0.12, seeded; two
+  plain runs of 3000 rows lie about 0.07 apart), while the assistant's own samples lie far off (above 0.3, checked in
+  the test). The assistant drafts by v4.31.0's rule from 5 candidates, so that every round verifies candidates.
 """
 
 import torch
@@ -29,12 +28,13 @@ def _model(seed, layers, scale):
     model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # sharper distributions than the default initialization gives
         model.lm_head.weight.mul_(scale)
+    # as an assistant: candidates in every round (the adaptive default drafts none that do not pay)
+    model.generation_config.num_assistant_tokens_schedule = "heuristic"
     return model
 
 
 def _pairs(sequences, prompt_length):
-    # the second and third new tokens: the first round of assisted decoding runs the prompt alone (it drafts
-    # nothing), the second drafts, so these are the first tokens that candidates can decide
+    # the second and third new tokens (the first one comes from the prompt's forward pass)
     first, second = sequences[:, prompt_length + 1], sequences[:, prompt_length + 2]
     counts = torch.bincount(first * VOCAB + second, minlength=VOCAB * VOCAB).float()
     return counts / counts.sum()
