@@ -8,7 +8,8 @@ from contextlib import contextmanager
 import torch
 import transformers
 
-from support.tiny_models import generate, reset_assistant
+from support.assistants import reset_assistant
+from support.tiny_models import generate
 
 
 def run(model, assistant=None, **kwargs):

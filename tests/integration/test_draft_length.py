@@ -23,7 +23,8 @@ import torch
 from transformers import BartForConditionalGeneration, GPT2LMHeadModel
 
 from integration._common import assert_same_tokens, run
-from support.tiny_models import draft_model, generate, generation_inputs, reset_assistant, tiny_model
+from support.assistants import reset_assistant
+from support.tiny_models import draft_model, generate, generation_inputs, tiny_model
 
 CLASSES = {"gpt2": GPT2LMHeadModel, "bart": BartForConditionalGeneration}
 _MODELS = {}

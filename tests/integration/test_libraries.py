@@ -21,8 +21,9 @@ from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast, pipeline
 
 from integration._common import assert_same_tokens, run
 from integration.test_old_style_prepare_inputs import OldStyleGPT2LMHeadModel
+from support.assistants import reset_assistant
 from support.device import DEVICE
-from support.tiny_models import TINY_VOCAB, draft_model, generation_inputs, reset_assistant, tiny_model
+from support.tiny_models import TINY_VOCAB, draft_model, generation_inputs, tiny_model
 
 # ---- accelerate -----------------------------------------------------------------------------------------------------
 

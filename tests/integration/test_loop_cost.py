@@ -26,7 +26,8 @@ import torch
 from transformers import GPT2LMHeadModel, RobertaForCausalLM
 
 from integration._common import assert_same_tokens, run
-from support.tiny_models import draft_model, generate, generation_inputs, reset_assistant, tiny_model
+from support.assistants import reset_assistant
+from support.tiny_models import draft_model, generate, generation_inputs, tiny_model
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # one sync to decide the matches of a round, one to tell whether every row is finished (with an EOS token)

@@ -13,7 +13,8 @@ import pytest
 from transformers import BartForConditionalGeneration, GPT2LMHeadModel
 from transformers.generation.utils import GenerationMixin
 
-from support.tiny_models import draft_model, generation_inputs, reset_assistant, tiny_model
+from support.assistants import reset_assistant
+from support.tiny_models import draft_model, generation_inputs, tiny_model
 
 
 def _storages(cache):

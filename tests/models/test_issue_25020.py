@@ -6,7 +6,8 @@ import warnings
 import torch
 from transformers import GPT2LMHeadModel
 
-from support.tiny_models import generation_inputs, reset_assistant, tiny_model
+from support.assistants import reset_assistant
+from support.tiny_models import generation_inputs, tiny_model
 
 
 def _generate(model, **kwargs):

@@ -25,7 +25,8 @@ import pytest
 import torch
 
 from models import harness
-from support.tiny_models import FIRST_PLAIN_TOKEN, generate, generation_inputs, reset_assistant
+from support.assistants import reset_assistant
+from support.tiny_models import FIRST_PLAIN_TOKEN, generate, generation_inputs
 
 PROMPT = 6
 NEW = 5

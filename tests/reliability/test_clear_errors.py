@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from reliability._helpers import DEVICE, fresh_model, get_model, snapshot
-from support.tiny_models import reset_assistant
+from support.assistants import reset_assistant
 
 transformers.logging.set_verbosity_error()
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from reliability._helpers import SPECS, accepts, get_model
-from support.tiny_models import reset_assistant
+from support.assistants import reset_assistant
 
 transformers.logging.set_verbosity_error()
 

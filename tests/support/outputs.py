@@ -5,7 +5,8 @@ import warnings
 
 import torch
 
-from support.tiny_models import generate, reset_assistant
+from support.assistants import reset_assistant
+from support.tiny_models import generate
 
 
 def sequences_and_scores(model, kwargs, assistant=None):

@@ -26,8 +26,8 @@ Public API (other test modules import it; the names are stable):
 - `applicable_scenarios(model_class)` -> the scenarios that apply to the class, in `SCENARIOS` order.
 - `generate(model, **kwargs)`: `model.generate(**kwargs)` for every class (a few classes override `generate` with
   a signature that needs extra arguments; this helper provides them).
-- `reset_assistant(model)`: forget the candidate-length heuristic that assisted decoding stores on the assistant,
-  so that every assisted run starts from the same state.
+
+(`support.assistants.reset_assistant` starts an assistant's draft length from the same state before every run.)
 """
 
 import functools
@@ -672,20 +672,6 @@ POST_BUILD = {
     # X-MOD routes every input through a language adapter and refuses to guess which one.
     "XmodForCausalLM": lambda model: model.set_default_language(model.config.languages[0]),
 }
-
-
-def reset_assistant(model):
-    """Starts `model`, as an assistant, from v4.31.0's draft-length rule: 5 candidates, +2 after a round whose
-    candidates were all accepted, -1 otherwise. The suite checks the tokens of rounds that verify candidates: the
-    default schedule of the series ("adaptive") drafts none where they do not pay, which a test model's assistant
-    (often the model itself) rarely does. `tests/integration/test_draft_length.py` tests the schedules themselves.
-    The attributes are plain ones on stock 4.31.0, which ignores them."""
-    if hasattr(model, "max_assistant_tokens"):
-        del model.max_assistant_tokens
-    generation_config = getattr(model, "generation_config", None)
-    if generation_config is not None:
-        generation_config.num_assistant_tokens = 5
-        generation_config.num_assistant_tokens_schedule = "heuristic"
 
 
 # ----------------------------------------------------------------------------------------------------------------
