@@ -7,7 +7,8 @@ created once and reused). A side is an environment and its settings (attention i
 runs twice, as it ships (its own draft-length defaults and sdpa attention) and with eager attention (what the 4.31
 models run). The driver runs every side on the same models and inputs, one run after the other, the order rotating
 every repetition, after a warm-up, and checks that every side produced the same tokens. Each side's draft length is
-set to the same state before every call: the 4.3x sides their heuristic from 5 candidates, 5.23.0 its defaults.
+set to the same state before every call: stock, 4.35 and 4.36 their heuristic from 5 candidates, 5.23.0 its defaults,
+the patched fork its defaults (the adaptive schedule; --patched-draft heuristic:5 runs 4.31's rule).
 
 Cases (a model pair and a number of new tokens; nothing downloaded):
   trained     a byte-level GPT-2 target and a draft distilled from it, trained here on Python standard library

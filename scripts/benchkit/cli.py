@@ -43,8 +43,10 @@ def parse_args(argv=None, description=None):
     parser.add_argument(
         "--patched-draft",
         type=DraftLength.parse,
-        help="the patched side's draft length: 'heuristic[:N]' (default, from 5), 'constant:N', 'defaults', or "
-        "'SCHEDULE[:N]' (a generation_config schedule; 4.31 has only the heuristic)",
+        default="defaults",
+        help="the patched side's draft length: 'defaults' (default: the fork's own, the adaptive schedule), "
+        "'heuristic[:N]' (4.31's rule, from N, 5 unless given), 'constant:N', or 'SCHEDULE[:N]' (a generation_config "
+        "schedule)",
     )
     parser.add_argument(
         "--constant-draft",

@@ -77,11 +77,32 @@ def draft_defaults_of(info):
     return {"via": "generation_config", "num_assistant_tokens": 5, "schedule": "heuristic", "confidence": None}
 
 
+# What each draft-length schedule does (`generation_config.num_assistant_tokens_schedule`), in words.
+SCHEDULES = {
+    "adaptive": "in each round, as many candidates (none included) as give the most tokens per unit of time by the "
+    "acceptance and the round timings measured so far in the call (with sampling, by the two models' parameter "
+    "counts instead of timings)",
+    "heuristic": "2 more candidates after a round that kept them all, 1 fewer (at least 1) otherwise",
+    "constant": "the same number of candidates every round",
+}
+
+
+def schedule_text(schedule):
+    meaning = SCHEDULES.get(schedule)
+    return f"`{schedule}`" + (f" ({meaning})" if meaning else "")
+
+
 def draft_text(side, info):
     """How the side's draft length is set before every call, in words."""
     defaults = draft_defaults_of(info[side.name])
     draft = side.settings.draft
     start = draft.start if draft.start is not None else defaults["num_assistant_tokens"]
+    if side.environment == PATCHED and draft.is_defaults() and defaults["via"] == "generation_config":
+        return (
+            f"the fork's defaults, restored before each call (`--patched-draft defaults`; `--patched-draft "
+            f"heuristic:5` runs 4.31's rule): schedule {schedule_text(defaults['schedule'])}"
+            + (f", `num_assistant_tokens` {start}" if defaults["schedule"] != "adaptive" else "")
+        )
     if defaults["via"] == "max_assistant_tokens":
         return (
             f"the 4.31 heuristic from {start} candidates, `assistant_model.max_assistant_tokens` (which 4.31 keeps on "
@@ -464,6 +485,18 @@ def report(meta, info, sides, table, growth, files, results):
     return "\n".join(lines)
 
 
+def batch_draft(sides, info):
+    """The patched side's draft-length rule, in a few words (it serves the batch table)."""
+    patched = next((side for side in sides if side.name == PATCHED), None)
+    if patched is None:
+        return "the patched side's"
+    draft = patched.settings.draft
+    if draft.is_defaults():
+        schedule = draft_defaults_of(info[PATCHED])["schedule"]
+        return f"the fork's default, schedule `{schedule}`"
+    return draft.label()
+
+
 def batch_section(meta, info, sides, results):
     """The Batches section of benchmarks.md, between its markers (empty without batch measurements)."""
     batch = meta.get("batch")
@@ -524,7 +557,7 @@ def batch_section(meta, info, sides, results):
     add(
         "- *batched assisted*: one `generate(..., assistant_model=draft)` call on the batch. The rows stay aligned: "
         "in every round each unfinished row accepts as many candidates as the row that matches fewest, then the "
-        "target's own token. One draft length (the 4.31 heuristic, from 5) serves the whole batch."
+        f"target's own token. One draft length ({batch_draft(sides, info)}) serves the whole batch."
     )
     add("- *batched greedy*: one greedy `generate` call on the batch.")
     add(

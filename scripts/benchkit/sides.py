@@ -58,8 +58,10 @@ def stock_side():
 
 
 def patched_side(draft=None):
-    settings = Settings(draft=draft or DraftLength.heuristic())
-    label = "patched" if settings == Settings() else f"patched ({settings.draft.label()})"
+    """The patched fork, with its own defaults unless `draft` says otherwise (`--patched-draft`): the draft length of
+    the assistant's generation config as the fork ships it (`num_assistant_tokens_schedule` "adaptive")."""
+    settings = Settings(draft=draft or DraftLength.defaults())
+    label = "patched" if settings.draft.is_defaults() else f"patched ({settings.draft.label()})"
     return Side(PATCHED, PATCHED, settings, label, "patched")
 
 
@@ -104,7 +106,8 @@ def known(name):
     if name == STOCK:
         return stock_side()
     if name == PATCHED:
-        return patched_side()
+        # Runs saved before the side specs were stored ran the fork with the 4.31 heuristic from 5.
+        return patched_side(DraftLength.heuristic())
     if name.startswith("patched-k") and name[len("patched-k") :].isdigit():
         return constant_side(int(name[len("patched-k") :]))
     for version in PEERS:

@@ -122,7 +122,24 @@ def test_a_run_has_its_sides_in_table_order_with_unique_names():
     # a saved run's sides come back as they ran, with or without their stored specs (runs saved before them)
     meta = {"sides": names, "side_specs": {side.name: side.to_json() for side in run}}
     assert sides.from_meta(meta) == run
-    assert sides.from_meta({"sides": names}) == run
+    # runs saved before the specs ran the fork with the 4.31 heuristic
+    assert sides.from_meta({"sides": names}) == run[:-3] + [sides.patched_side(DraftLength.heuristic())] + run[-2:]
+
+
+def test_the_patched_side_runs_the_forks_defaults_unless_told_otherwise():
+    from benchkit import cli
+
+    assert cli.parse_args([]).patched_draft == DraftLength.defaults()
+    default = sides.run_sides([], patched_draft=cli.parse_args([]).patched_draft)[-1]
+    assert (default.name, default.label) == ("patched", "patched") and default.settings.draft.is_defaults()
+    told = sides.run_sides([], patched_draft=cli.parse_args(["--patched-draft", "heuristic:5"]).patched_draft)[-1]
+    assert told.label == "patched (heuristic from 5)" and told.settings.draft == DraftLength.heuristic(5)
+    # the report's method section says which schedule the defaults are
+    info = {"transformers": "4.31.0", "draft_defaults": {"via": "generation_config", "num_assistant_tokens": 5}}
+    info["draft_defaults"]["schedule"] = "adaptive"
+    text = report.draft_text(default, {"patched": info})
+    assert text.startswith("the fork's defaults") and "`adaptive` (in each round" in text
+    assert "`heuristic`" in report.draft_text(told, {"patched": info})
 
 
 def test_draft_lengths_parse_and_travel_as_json():
