@@ -135,7 +135,8 @@ def _prompts(model, name, count, dtype):
 def _sequences(model, kwargs, assistant=None):
     import torch
 
-    from support.tiny_models import generate, reset_assistant
+    from support.assistants import reset_assistant
+    from support.tiny_models import generate
 
     kwargs = dict(kwargs)
     if assistant is not None:
