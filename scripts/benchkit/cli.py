@@ -15,7 +15,7 @@ from . import train
 from .measure import Bench, load_average
 from .report import command_line, publish, publish_batch
 from .settings import DraftLength
-from .sides import PATCHED, STOCK, from_meta, parse_lengths, run_sides
+from .sides import PATCHED, STOCK, case_sides, from_meta, parse_lengths, run_sides
 from .workloads import BATCH_SIZES, CASES, HEADLINE, batch_prompts, trained_prompt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,9 +51,17 @@ def parse_args(argv=None, description=None):
     parser.add_argument(
         "--constant-draft",
         type=parse_lengths,
-        default=[],
+        default="1-10",
         metavar="KS",
-        help="also run the patched fork with these constant draft lengths, e.g. '1-10' (sides patched-kN)",
+        help="also run the patched fork with these constant draft lengths (sides patched-kN), on the cases whose "
+        "drafts pay, for the best constant length in hindsight (default: %(default)s; '' for none)",
+    )
+    parser.add_argument(
+        "--constant-cases",
+        metavar="CASES",
+        help="comma-separated cases the constant draft lengths run (default: the cases whose drafts pay: "
+        + ", ".join(name for name, case in CASES.items() if case.best_constant)
+        + ")",
     )
     parser.add_argument("--cases", help="comma-separated subset of the cases (default: all)")
     parser.add_argument(
@@ -135,6 +143,18 @@ def batch_sizes(args):
     return sizes
 
 
+def run_cases(args):
+    """The run's cases (the headline alone with --batch-only); checks --cases and --constant-cases, which it turns
+    into a list (None: the default, the cases whose drafts pay)."""
+    cases = [HEADLINE] if args.batch_only else (args.cases.split(",") if args.cases else list(CASES))
+    if isinstance(args.constant_cases, str):
+        args.constant_cases = [case.strip() for case in args.constant_cases.split(",") if case.strip()]
+    unknown = [case for case in cases + list(args.constant_cases or []) if case not in CASES]
+    if unknown:
+        raise SystemExit(f"bench: unknown case(s) {', '.join(unknown)} (known: {', '.join(CASES)})")
+    return cases
+
+
 def prepare(args):
     """The run's sides, their interpreters (creating the peer environments) and the trained pair (training it once).
 
@@ -149,12 +169,16 @@ def prepare(args):
         )
     if args.batch_only:
         peers = [version for version in peers if peer_envs.ready(version)]
+    cases = run_cases(args)
     sides = run_sides(
         peers,
         patched_draft=args.patched_draft,
         constant=[] if args.batch_only else args.constant_draft,
         stock=not args.batch_only or bool(args.stock_python),
     )
+    # A side that runs none of the cases (a constant draft length, when no case whose draft pays runs) is not started.
+    running = {name for case in cases for name in case_sides(CASES[case], sides, args.constant_cases)}
+    sides = [side for side in sides if side.name in running or args.batch_only]
     interpreters = {}
     for side in sides:
         if side.environment == STOCK:
@@ -166,10 +190,6 @@ def prepare(args):
         else:
             interpreters[side.name] = (peer_envs.ensure(side.environment, quiet=True), None)
     trained = None
-    cases = [HEADLINE] if args.batch_only else (args.cases.split(",") if args.cases else list(CASES))
-    unknown = [case for case in cases if case not in CASES]
-    if unknown:
-        raise SystemExit(f"bench: unknown case(s) {', '.join(unknown)} (known: {', '.join(CASES)})")
     if any(CASES[case].pair == "trained" for case in cases):
         # Trained with the patched side's transformers (4.31.0: its save_pretrained files load in every version).
         env = dict(os.environ)
@@ -218,6 +238,7 @@ def main(argv=None, description=None):
         "sides": [side.name for side in sides],
         "side_specs": {side.name: side.to_json() for side in sides},
         "cases": bench.cases,
+        "case_sides": bench.case_sides,
         "marks": bench.marks,
         "attention": bench.attention,
         "adopted": bench.adopted,

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .sides import GREEDY_SIDES, PATCHED
+from .sides import GREEDY_SIDES, PATCHED, case_sides
 from .workloads import BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,8 +118,12 @@ class Bench:
         self.sides = [side.name for side in sides]
         self.environments = {side.name: side.environment for side in sides}
         self.greedy_sides = [name for name in self.sides if name in GREEDY_SIDES]
+        self.main_sides = [side.name for side in sides if not side.is_constant]  # counted, growth
         self.trained = trained
         self.cases = [] if args.batch_only else (args.cases.split(",") if args.cases else list(CASES))
+        # The sides of each case, in table order (the constant draft lengths run the cases whose drafts pay).
+        self.constant_cases = getattr(args, "constant_cases", None)
+        self.case_sides = {case: case_sides(CASES[case], sides, self.constant_cases) for case in self.cases}
         self.batch_sizes = batch_sizes
         self.results = []  # every measurement, in the order made
         self.start = time.perf_counter()
@@ -175,49 +179,57 @@ class Bench:
     def info(self):
         return {side: worker.ask({"op": "info"}) for side, worker in self.workers.items()}
 
-    def load(self, workloads):
-        """Every side builds (or loads) the workloads, at the same time (not measured); the weights must be the same.
+    def workloads_of(self, side):
+        """The pairs a side builds: those of its cases, and the greedy references it runs."""
+        pairs = set()
+        for case in self.cases:
+            if side in self.case_sides[case]:
+                pairs.add(CASES[case].pair)
+            if side in self.greedy_sides:
+                pairs.add(self.greedy_key(case)[0])
+        return sorted(pairs)
+
+    def load(self, workloads=None):
+        """Every side builds (or loads) its workloads (`workloads`: the same for every side), at the same time (not
+        measured); the weights must be the same on every side that builds a workload.
 
         A version that initializes a model in another order (5.x's T5, say) builds other weights from the same seed:
         such a side loads the weights the reference side built, saved once under build/bench/weights/."""
-        for worker in self.workers.values():
-            worker.send({"op": "load", "workloads": workloads, "trained": self.trained})
+        wanted = {side: list(workloads) if workloads is not None else self.workloads_of(side) for side in self.workers}
+        for side, worker in self.workers.items():
+            worker.send({"op": "load", "workloads": wanted[side], "trained": self.trained})
         loaded = {side: worker.receive() for side, worker in self.workers.items()}
         self.attention = {side: answer["attention"] for side, answer in loaded.items()}
         weights = {side: dict(answer["weights"]) for side, answer in loaded.items()}
-        reference = REFERENCE if REFERENCE in weights else next(iter(weights))
-        for workload in workloads:
+        for workload in sorted({name for names in wanted.values() for name in names}):
+            built = [side for side in weights if workload in weights[side]]
+            reference = REFERENCE if REFERENCE in built else built[0]
             expected = weights[reference][workload]
-            differing = [side for side in weights if weights[side][workload] != expected]
-            if not differing:
-                continue
-            path = WEIGHTS_DIR / f"{workload}-{expected}.pt"
-            if not path.exists():
-                self.workers[reference].ask({"op": "save_weights", "workload": workload, "path": str(path)})
-            for side in differing:
-                answer = self.workers[side].ask({"op": "adopt_weights", "workload": workload, "path": str(path)})
-                weights[side][workload] = answer["weights"]
-            self.adopted[workload] = differing
-            print(f"[{self.elapsed():6.0f}s] {', '.join(differing)}: {workload} weights of the {reference} side")
-        for workload in workloads:
-            checksums = {side: weights[side][workload] for side in weights}
+            differing = [side for side in built if weights[side][workload] != expected]
+            if differing:
+                path = WEIGHTS_DIR / f"{workload}-{expected}.pt"
+                if not path.exists():
+                    self.workers[reference].ask({"op": "save_weights", "workload": workload, "path": str(path)})
+                for side in differing:
+                    answer = self.workers[side].ask({"op": "adopt_weights", "workload": workload, "path": str(path)})
+                    weights[side][workload] = answer["weights"]
+                self.adopted[workload] = differing
+                print(f"[{self.elapsed():6.0f}s] {', '.join(differing)}: {workload} weights of the {reference} side")
+            checksums = {side: weights[side][workload] for side in built}
             if len(set(checksums.values())) != 1:
                 raise SystemExit(f"bench: the sides built different {workload} models: {checksums}")
 
     def warm_up(self):
-        workloads = sorted(
-            {CASES[case].pair for case in self.cases} | {self.greedy_key(case)[0] for case in self.cases}
-        )
-        self.load(workloads)
+        self.load()
         print(f"[{self.elapsed():6.0f}s] models built; warming up", flush=True)
-        if "trained" in workloads and PATCHED in self.workers:
+        if any(CASES[case].pair == "trained" for case in self.cases) and PATCHED in self.workers:
             self.forward_costs = self.workers[PATCHED].ask({"op": "costs", "workload": "trained"})["forward_costs"]
         warm = self.plan["warmup_tokens"]
         for side in self.sides:
             if side in self.greedy_sides:
                 for target in sorted({self.greedy_key(case)[0] for case in self.cases}):
                     self.measure(side, target, "greedy", warm, "warmup")
-            for workload in workloads:
+            for workload in sorted({CASES[case].pair for case in self.cases if side in self.case_sides[case]}):
                 self.measure(side, workload, "assisted", warm, "warmup")
 
     def order(self, rep):
@@ -238,7 +250,8 @@ class Bench:
                     if side in self.greedy_sides:
                         self.measure(side, key[0], "greedy", key[1], "ab", case=greedy_name(key), rep=rep)
             for side in order:
-                self.measure(side, CASES[case].pair, "assisted", self.tokens(case), "ab", case=case, rep=rep)
+                if side in self.case_sides[case]:
+                    self.measure(side, CASES[case].pair, "assisted", self.tokens(case), "ab", case=case, rep=rep)
 
     def rep_cost(self, cases):
         """Wall seconds the last repetition of these cases took (for the budget guard)."""
@@ -257,7 +270,7 @@ class Bench:
                 continue
             key = self.greedy_key(case)
             self.measure(PATCHED, key[0], "greedy", key[1], "ops", case=greedy_name(key), count_ops=True)
-            for side in self.sides:
+            for side in self.main_sides:
                 self.measure(side, CASES[case].pair, "assisted", self.tokens(case), "ops", case=case, count_ops=True)
         print(f"[{self.elapsed():6.0f}s] operations outside the forwards counted", flush=True)
 
@@ -266,7 +279,7 @@ class Bench:
         self.marks = marks
         tokens = max(marks)
         self.measure(PATCHED, "trained", "greedy", tokens, "growth", case="greedy", marks=marks)
-        for side in self.sides:
+        for side in self.main_sides:
             self.measure(side, "trained", "assisted", tokens, "growth", case=side, marks=marks)
 
     def run(self):
@@ -281,7 +294,7 @@ class Bench:
             for _ in range(minimum[group] if cases else 0):
                 self.rep(reps[group], cases)
                 reps[group] += 1
-        if "trained" in self.cases:
+        if HEADLINE in self.cases:
             self.growth()
         # Optional repetitions while the budget allows, the cheapest cases first.
         while True:

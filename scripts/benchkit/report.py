@@ -10,7 +10,7 @@ from . import peers as peer_envs
 from .counting import operation_counts
 from .plots import plots
 from .sides import PATCHED, STOCK
-from .summary import summarize, summarize_batch, worst_poor_draft
+from .summary import summarize, summarize_batch, worst_best_constant, worst_poor_draft
 from .workloads import CASES, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,9 +79,9 @@ def draft_defaults_of(info):
 
 # What each draft-length schedule does (`generation_config.num_assistant_tokens_schedule`), in words.
 SCHEDULES = {
-    "adaptive": "in each round, as many candidates (none included) as give the most tokens per unit of time by the "
-    "acceptance and the round timings measured so far in the call (with sampling, by the two models' parameter "
-    "counts instead of timings)",
+    "adaptive": "in each round the number of candidates, none included, that gives the most tokens per unit of "
+    "time by the acceptance and the round timings measured so far in the call; with sampling, by the two models' "
+    "parameter counts instead of the timings",
     "heuristic": "2 more candidates after a round that kept them all, 1 fewer (at least 1) otherwise",
     "constant": "the same number of candidates every round",
 }
@@ -152,6 +152,9 @@ def title(sides):
 
 
 def report(meta, info, sides, table, growth, files, results):
+    # The constant draft lengths have a table of their own; the other tables compare the releases.
+    constant = [side for side in sides if side.is_constant]
+    sides = [side for side in sides if not side.is_constant]
     names = [side.name for side in sides]
     peer_versions = list(dict.fromkeys(side.environment for side in sides if side.kind == "peer"))
     head = table.get(HEADLINE)
@@ -377,18 +380,7 @@ def report(meta, info, sides, table, growth, files, results):
             + " |"
         )
     add("")
-    constant = [side for side in sides if side.name.startswith("patched-k")]
-    if constant:
-        add("Constant draft lengths (patched fork), the fastest in hindsight per case:")
-        add("")
-        for case, row in table.items():
-            ran = [side for side in constant if side.name in row["side"]]
-            if ran:
-                best = min(ran, key=lambda side: row["side"][side.name]["per_token"])
-                add(f"- `{case}`: {best.label}, {ms(row['side'][best.name]['per_token'])} ms per token.")
-            else:
-                add(f"- `{case}`: none ran ({row['failed'].get(constant[0].name, 'not measured')}).")
-        add("")
+    lines.extend(constant_section(table, constant))
     add(f"Work and loop cost, per side ({' / '.join(side.short for side in sides)}):")
     add("")
     add(
@@ -483,6 +475,50 @@ def report(meta, info, sides, table, growth, files, results):
     )
     add("")
     return "\n".join(lines)
+
+
+def constant_section(table, constant):
+    """The best constant draft length in hindsight: the constant sides' times per token, per case they ran."""
+    rows = {case: row for case, row in table.items() if any(side.name in row["side"] for side in constant)}
+    failed = {case: row for case, row in table.items() if any(side.name in row["failed"] for side in constant)}
+    if not rows and not failed:
+        return []
+    lengths = [side.settings.draft.start for side in constant]
+    lines = [
+        "**Best constant draft length in hindsight.** On the cases whose drafts pay ("
+        + ", ".join(f"`{case}`" for case in {**rows, **failed})
+        + "), the patched fork also ran with a constant draft length, k candidates in every round (schedule "
+        f"`constant`, k = {', '.join(map(str, lengths))}: the sides patched k=N), in the same repetitions as the "
+        "other sides. The best constant length is the k whose median time per token is lowest, chosen after the "
+        "fact (no schedule knows it before the call); *patched/best constant* is the patched side's time per "
+        "token (its own schedule) over that side's, paired per repetition (median, min-max): above 1, the best fixed "
+        "length beat the schedule.",
+        "",
+        "| case | tokens | patched | " + " | ".join(f"k={length}" for length in lengths) + " | best constant "
+        "| **patched/best constant** | reps |",
+        "|---|---|---|" + "---|" * len(lengths) + "---|---|---|",
+    ]
+    for case, row in rows.items():
+        best = row["best_constant"]
+
+        def text(values, name, best=best):
+            value = ms(values["per_token"])
+            return f"**{value}**" if name == best else value
+
+        cells = " | ".join(cell(row, side.name, lambda v, name=side.name: text(v, name)) for side in constant)
+        best_length = next((side.settings.draft.start for side in constant if side.name == best), None)
+        lines.append(
+            f"| {case} | {row['tokens']} | {cell(row, PATCHED, lambda v: ms(v['per_token']))} | {cells} "
+            f"| k={best_length} | **{ratio_text(row['constant_ratio'])}** | {row['reps']} |"
+        )
+    for case, row in failed.items():
+        if case not in rows:
+            first = next(side for side in constant if side.name in row["failed"])
+            lines.append(
+                f"| {case} | {row['tokens']} | - | " + "- | " * len(lengths) + f"{row['failed'][first.name]} | - | - |"
+            )
+    lines.append("")
+    return lines
 
 
 def batch_draft(sides, info):
@@ -819,8 +855,9 @@ def publish_batch(docs_dir, info, sides, results, meta, json_path):
 
 
 def verdict(table, labels):
-    """The run's closing lines: the noise floor, patched/stock, the speedup over greedy, patched/best peer, and the
-    worst poor-draft case against greedy. SystemExit without the headline."""
+    """The run's closing lines: the noise floor, patched/stock, patched/best peer, the worst poor-draft case against
+    greedy, and patched against its best constant draft length (the worst of the cases whose drafts pay). SystemExit
+    without the headline."""
     head = table.get(HEADLINE)
     if not head or not head["ratio"]:
         raise SystemExit("bench: no headline: the trained case did not run on both stock and patched")
@@ -831,11 +868,6 @@ def verdict(table, labels):
     lines.append(
         f"assisted patched/stock time per token: {value:.3f} "
         f"(median of {head['reps']} runs, spread {low:.3f}-{high:.3f}; trained pair, {head['tokens']} tokens)"
-    )
-    value, low, high = head["speedup"][PATCHED]
-    lines.append(
-        f"assisted speedup over greedy, trained draft: {value:.2f} "
-        f"(median of {head['reps']} runs, spread {low:.2f}-{high:.2f}; patched, {head['tokens']} tokens)"
     )
     if head["peer_ratio"]:
         value, low, high = head["peer_ratio"]
@@ -857,23 +889,62 @@ def verdict(table, labels):
         )
     else:
         lines.append(f"assisted/greedy time per token, poor draft: n/a (none of {', '.join(poor)} ran)")
+    paying = [name for name, case in CASES.items() if case.best_constant]
+    worst = worst_best_constant(table)
+    if worst:
+        case, row = worst
+        value, low, high = row["constant_ratio"]
+        best = labels.get(row["best_constant"], row["best_constant"])
+        lines.append(
+            f"assisted patched/best constant draft length: {value:.3f} ({case}, best constant: {best}; the worst of "
+            f"{', '.join(paying)}; median of {row['reps']} runs, spread {low:.3f}-{high:.3f}; {row['tokens']} tokens)"
+        )
+    else:
+        lines.append(
+            "assisted patched/best constant draft length: n/a (no constant draft length ran; --constant-draft 1-10 "
+            f"runs them on {', '.join(paying)})"
+        )
     return lines
+
+
+def speedup_line(table):
+    """The patched side's speedup over greedy search on the headline case (printed above the verdict)."""
+    head = table.get(HEADLINE)
+    if not head or PATCHED not in head["speedup"]:
+        return None
+    value, low, high = head["speedup"][PATCHED]
+    return (
+        f"assisted speedup over greedy, trained draft: {value:.2f} "
+        f"(median of {head['reps']} runs, spread {low:.2f}-{high:.2f}; patched, {head['tokens']} tokens)"
+    )
 
 
 def publish(docs_dir, info, sides, results, meta, json_path):
     """Writes benchmarks.md and its plots, prints the summary, ending with the verdict lines."""
     table, growth = summarize(results, sides, meta["cases"], meta["quick"])
     docs_dir = docs_dir_of(docs_dir, meta)
-    files = plots(table, growth, meta, info, sides, docs_dir)
+    main = [side for side in sides if not side.is_constant]
+    files = plots(table, growth, meta, info, main, docs_dir)
     (docs_dir / "benchmarks.md").write_text(report(meta, info, sides, table, growth, files, results))
 
-    names = [side.name for side in sides]
+    names = [side.name for side in main]
+    labels = {side.name: side.label for side in sides}
     print()
-    print(f"{'case':<11} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in sides) + "   patched/stock")
+    print(f"{'case':<11} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in main) + "   patched/stock")
     for case, row in table.items():
         cells = " ".join(f"{cell(row, side, lambda v: ms(v['per_token'])):>10}" for side in names)
         print(f"{case:<11} {ms(row['greedy']):>8} {cells}   {ratio_text(row['ratio'])}")
+    for case, row in table.items():
+        if row.get("best_constant"):
+            best = row["side"][row["best_constant"]]["per_token"]
+            print(
+                f"{case}: best constant draft length {labels[row['best_constant']]} ({ms(best)} ms/tok), "
+                f"patched/best constant {ratio_text(row['constant_ratio'])}"
+            )
     print_batch(meta, results)
     print(f"wrote {relative(docs_dir / 'benchmarks.md')}, {relative(json_path)}; {meta['wall']:.0f} s in all")
-    for line in verdict(table, {side.name: side.label for side in sides}):
+    speedup = speedup_line(table)
+    if speedup:
+        print(speedup)
+    for line in verdict(table, labels):
         print(line)

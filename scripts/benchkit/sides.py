@@ -19,6 +19,7 @@ from .settings import DraftLength, Settings
 STOCK = "stock"
 PATCHED = "patched"
 GREEDY_SIDES = (STOCK, PATCHED)  # the sides that also run greedy search
+CONSTANT_PREFIX = "patched-k"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ class Side:
     @property
     def kind(self):
         return self.environment if self.environment in (STOCK, PATCHED) else "peer"
+
+    @property
+    def is_constant(self):
+        """A side of the patched fork with a constant draft length (`constant_side`), for the best one in hindsight:
+        it runs the cases whose drafts pay only, and stays out of the tables that compare the releases."""
+        return self.environment == PATCHED and self.name.startswith(CONSTANT_PREFIX)
 
     def to_json(self):
         return {
@@ -69,7 +76,7 @@ def constant_side(length):
     """The patched fork drafting exactly `length` candidates every round (for the best constant length in hindsight;
     the fork refuses it until its generation_config has `num_assistant_tokens`)."""
     return Side(
-        f"patched-k{length}",
+        f"{CONSTANT_PREFIX}{length}",
         PATCHED,
         Settings(draft=DraftLength.constant(length)),
         f"patched k={length}",
@@ -101,6 +108,16 @@ def run_sides(peers, patched_draft=None, constant=(), stock=True):
     return sides
 
 
+def case_sides(case, sides, constant_cases=None):
+    """The names of the sides that run `case` (a `benchkit.workloads.Case`), in the order of `sides`: every side but
+    the constant draft lengths, which run the cases in `constant_cases` (default: those whose drafts pay)."""
+    if constant_cases is None:
+        constant = case.best_constant
+    else:
+        constant = case.name in constant_cases
+    return [side.name for side in sides if constant or not side.is_constant]
+
+
 def known(name):
     """The side a name stands for in a run's results (what runs saved before the side specs were stored)."""
     if name == STOCK:
@@ -108,8 +125,8 @@ def known(name):
     if name == PATCHED:
         # Runs saved before the side specs were stored ran the fork with the 4.31 heuristic from 5.
         return patched_side(DraftLength.heuristic())
-    if name.startswith("patched-k") and name[len("patched-k") :].isdigit():
-        return constant_side(int(name[len("patched-k") :]))
+    if name.startswith(CONSTANT_PREFIX) and name[len(CONSTANT_PREFIX) :].isdigit():
+        return constant_side(int(name[len(CONSTANT_PREFIX) :]))
     for version in PEERS:
         for side in peer_sides(version):
             if side.name == name:

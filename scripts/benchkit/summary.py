@@ -33,6 +33,7 @@ def summarize(results, sides, cases, quick=False):
     """({case: row}, growth) of a run: `sides` are the run's `Side`s in table order, `cases` the cases' names."""
     names = [side.name for side in sides]
     peers = [side.name for side in sides if side.kind == "peer"]
+    constants = [side.name for side in sides if side.is_constant]
     table = {}
     for case in cases:
         runs = by_rep(results, case)
@@ -84,6 +85,12 @@ def summarize(results, sides, cases, quick=False):
         ran = [peer for peer in peers if peer in done]
         row["best_peer"] = min(ran, key=lambda peer: done[peer]["per_token"]) if ran else None
         row["peer_ratio"] = paired(PATCHED, row["best_peer"]) if row["best_peer"] and PATCHED in done else None
+        # The constant draft length that was fastest in hindsight (lowest median), and patched over it per repetition.
+        ran = [name for name in constants if name in done]
+        row["best_constant"] = min(ran, key=lambda name: done[name]["per_token"]) if ran else None
+        row["constant_ratio"] = (
+            paired(PATCHED, row["best_constant"]) if row["best_constant"] and PATCHED in done else None
+        )
         # Against greedy: the patched greedy run of the same repetition and each side's assisted run; the speedup is
         # greedy over assisted, the slowdown assisted over greedy (> 1 where assisted decoding loses).
         row["speedup"], row["slowdown"] = {}, {}
@@ -115,6 +122,12 @@ def worst_poor_draft(table, side=PATCHED):
         if CASES[case].poor_draft and side in row["side"] and row["slowdown"].get(side)
     ]
     return max(rows, key=lambda item: item[1]["slowdown"][side][0]) if rows else None
+
+
+def worst_best_constant(table):
+    """(case, row) of the case where the patched side loses most against its best constant draft length, or None."""
+    rows = [(case, row) for case, row in table.items() if row.get("constant_ratio")]
+    return max(rows, key=lambda item: item[1]["constant_ratio"][0]) if rows else None
 
 
 def first_difference(rows, reference):

@@ -181,7 +181,8 @@ class Case:
     """A pair and a number of new tokens (`quick_tokens` in a QUICK run). `group`: how many repetitions it gets
     (`benchkit.measure.FULL`); `count_ops`: its operations outside the forwards are counted; `poor_draft`: a draft that
     does not pay (it disagrees, half agrees, or costs what the target costs), where assisted decoding must lose little
-    against greedy search."""
+    against greedy search; `best_constant`: a draft that pays, where the patched fork also runs with constant draft
+    lengths (`--constant-draft`, sides patched-kN) to find the best one in hindsight."""
 
     name: str
     pair: str
@@ -191,6 +192,7 @@ class Case:
     group: str  # "headline", "cheap" or "costly"
     count_ops: bool = False
     poor_draft: bool = False
+    best_constant: bool = False
 
     def new_tokens(self, quick):
         return self.quick_tokens if quick else self.tokens
@@ -203,13 +205,22 @@ class Case:
 CASES = {
     case.name: case
     for case in [
-        Case("trained", "trained", 128, 128, TRAINED_PAIR, "headline", count_ops=True),
+        Case("trained", "trained", 128, 128, TRAINED_PAIR, "headline", count_ops=True, best_constant=True),
         Case("trained-16", "trained", 16, 16, "the same pair, 16 new tokens", "headline", count_ops=True),
         Case("draft", "draft", 128, 32, "random GPT-2 small (124M) + 2-layer draft (14M)", "costly", poor_draft=True),
         Case("draft-16", "draft", 16, 16, "the same pair, 16 new tokens", "cheap", poor_draft=True),
         Case("self", "self", 128, 32, "GPT-2 small as its own assistant", "costly", poor_draft=True),
         Case("partial", "partial", 128, 32, "GPT-2 small + noisy copy of itself", "costly", poor_draft=True),
-        Case("encdec", "encdec", 128, 32, "random T5-small-like (60M) + 2+2-layer T5 draft", "cheap", count_ops=True),
+        Case(
+            "encdec",
+            "encdec",
+            128,
+            32,
+            "random T5-small-like (60M) + 2+2-layer T5 draft",
+            "cheap",
+            count_ops=True,
+            best_constant=True,
+        ),
         Case(
             "loop",
             "loop",

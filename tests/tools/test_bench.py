@@ -142,6 +142,27 @@ def test_the_patched_side_runs_the_forks_defaults_unless_told_otherwise():
     assert "`heuristic`" in report.draft_text(told, {"patched": info})
 
 
+def test_constant_draft_lengths_run_the_cases_whose_drafts_pay_only():
+    from benchkit import cli
+
+    args = cli.parse_args([])
+    assert args.constant_draft == list(range(1, 11))
+    run = sides.run_sides(["5.23.0"], constant=args.constant_draft)
+    paying = [name for name, case in workloads.CASES.items() if case.best_constant]
+    assert paying == ["trained", "encdec"]
+    for name, case in workloads.CASES.items():
+        ran = sides.case_sides(case, run)
+        assert ("patched-k10" in ran) == (name in paying)
+        assert {"stock", "5.23.0", "5.23.0-eager", "patched"} <= set(ran)
+    # --constant-cases chooses others
+    assert "patched-k1" in sides.case_sides(workloads.CASES["loop"], run, ["loop"])
+    assert "patched-k1" not in sides.case_sides(workloads.CASES["trained"], run, ["loop"])
+    assert cli.parse_args(["--constant-draft", ""]).constant_draft == []
+    args = cli.parse_args(["--constant-cases", "loop,nope"])
+    with pytest.raises(SystemExit, match="nope"):
+        cli.run_cases(args)
+
+
 def test_draft_lengths_parse_and_travel_as_json():
     assert DraftLength.parse("defaults") == DraftLength.defaults()
     assert DraftLength.parse("heuristic") == DraftLength.heuristic(5)
@@ -340,10 +361,12 @@ def test_operation_counts_pair_each_case_with_its_greedy_reference():
 
 
 def fake_run():
-    """A small run of every side on the headline case and two poor-draft cases: (results, sides, meta, info)."""
-    run = sides.run_sides(list(peers.PEERS))
-    # time per token of each side on the trained case; 5.23.0 eager is the fastest upstream side
+    """A small run of every side on the headline case and two poor-draft cases, and of two constant draft lengths on
+    the headline case: (results, sides, meta, info)."""
+    run = sides.run_sides(list(peers.PEERS), constant=[1, 2])
+    # time per token of each side on the trained case; 5.23.0 eager is the fastest upstream side, k=2 the best constant
     trained = {"stock": 3.0, "4.35.2": 2.6, "4.36.2": 2.9, "5.23.0": 2.5, "5.23.0-eager": 2.4, "patched": 2.7}
+    trained.update({"patched-k1": 3.5, "patched-k2": 2.55})
     results = []
     for rep in range(3):
         jitter = 1 + 0.01 * rep
@@ -354,7 +377,7 @@ def fake_run():
         ):
             for side in ("stock", "patched"):
                 results.append(result(f"greedy:{greedy_pair}:{tokens}", side, rep, greedy_time * jitter, "greedy"))
-            for side in trained:
+            for side in sides.case_sides(workloads.CASES[case], run):
                 per_token = trained[side] if case == "trained" else greedy_time * slow
                 results.append(result(case, side, rep, per_token * jitter, continuation=[101, 110] * 64))
     results.append(result("batch:batched-assisted:8", "stock", None, 1.0, phase="batch-probe", failed="refuses: X"))
@@ -406,7 +429,7 @@ def test_the_report_keeps_its_sections_and_names_every_side():
     assert headings == ["## Machine and versions", "## Cases", "## Method", "## Results", "## Plots", "## GPU"]
     assert text.startswith("# Benchmark: assisted generation, stock 4.31.0, upstream 4.35/4.36/5.23 and the patched")
     for side in run:
-        assert side.label in text
+        assert side.is_constant or side.label in text
     assert "| trained | 128 |" in text
     # 5.23.0's defaults and attention are named, and the weights it adopted
     assert "`num_assistant_tokens` 20, schedule `constant`, `assistant_confidence_threshold` 0.4" in text
@@ -414,6 +437,9 @@ def test_the_report_keeps_its_sections_and_names_every_side():
     assert "upstream 5.23.0 and upstream 5.23.0 eager built other `encdec` weights" in text
     assert "transformers==5.23.0, tokenizers==0.23.3, huggingface-hub==2.4.0, safetensors==0.8.0" in text
     assert "patched/5.23.0-eager (the fastest upstream side on this case)" in text
+    # the constant draft lengths have their own table, and stay out of the others
+    assert "| trained | 128 | 2727.00 | 3535.00 | **2575.50** | k=2 | **1.059 (1.059-1.059)** | 3 |" in text
+    assert "k=1" not in text.split("**Best constant draft length in hindsight.**")[0]
 
 
 def test_the_verdict_ends_with_the_best_peer_and_the_worst_poor_draft():
@@ -423,11 +449,20 @@ def test_the_verdict_ends_with_the_best_peer_and_the_worst_poor_draft():
     assert [line.split(":")[0] for line in lines] == [
         "greedy patched/stock time per token, trained pair",
         "assisted patched/stock time per token",
-        "assisted speedup over greedy, trained draft",
         "assisted patched/best peer time per token",
         "assisted/greedy time per token, poor draft",
+        "assisted patched/best constant draft length",
     ]
-    assert lines[3].startswith(
+    assert lines[2].startswith(
         f"assisted patched/best peer time per token: {2.7 / 2.4:.3f} (best peer: upstream 5.23.0 eager"
     )
-    assert lines[4].startswith("assisted/greedy time per token, poor draft: 2.50 (partial, the worst of ")
+    assert lines[3].startswith("assisted/greedy time per token, poor draft: 2.50 (partial, the worst of ")
+    assert lines[4].startswith(
+        f"assisted patched/best constant draft length: {2.7 / 2.55:.3f} (trained, best constant: patched k=2; the "
+        "worst of trained, encdec; median of 3 runs"
+    )
+    # without constant draft lengths the line says so, and stays the fifth
+    plain = [r for r in results if not r["side"].startswith("patched-k")]
+    table, _ = summary.summarize(plain, run, meta["cases"])
+    assert report.verdict(table, {})[4].startswith("assisted patched/best constant draft length: n/a")
+    assert report.speedup_line(table).startswith("assisted speedup over greedy, trained draft: 2.22 ")
