@@ -20,6 +20,16 @@ Cases (a model pair and a number of new tokens; nothing downloaded):
   partial     the target assisted by a noisy copy of itself: part of the candidates are rejected (cache cropping)
   encdec      a random T5-small-like target with a 2+2-layer T5 draft
   loop        tiny random GPT-2 models whose forwards cost little: the loop's own cost per round dominates
+  sampling-t1.0, sampling-t0.7
+              the trained target sampling 128 tokens (top_k 0, seeded per repetition, the same seed on every side)
+              with a draft distilled on its distributions (`bench_train.py --sampling`): plain sampling (patched),
+              the 4.31 rule (stock), speculative sampling (patched), 5.23.0's own; time per token and new tokens per
+              target forward; the check is every run's length (sampled tokens differ from side to side)
+  sampling-t0.7-greedy-draft
+              the same with the trained case's draft, distilled on greedy outputs: why the above has its own
+
+The patched fork also runs with constant draft lengths 1-10 (--constant-draft) on the cases whose drafts pay
+(trained, encdec): the best constant length in hindsight, against the patched side's own schedule.
 
 Batches (the trained pair, patched side only: stock 4.31.0 and the upstream releases refuse assisted generation of a
 batch, which the driver checks on the sides it runs): for B = 1, 4, 8, B held-out prompts of different lengths, left
@@ -28,9 +38,9 @@ batched assisted run must return batched greedy search's tokens row for row, eve
 tokens for its prompt alone. The section goes into benchmarks.md between its own markers, so that a `--batch-only`
 run replaces that section alone.
 
-The run ends with its verdict: the noise floor (greedy patched/stock), assisted patched/stock and the speedup over
-greedy on the trained pair, patched over the best upstream side on it, and assisted over greedy on the worst of the
-poor-draft cases (draft, draft-16, partial, self).
+The run ends with its verdict: the noise floor (greedy patched/stock) and assisted patched/stock on the trained pair,
+patched over the best upstream side on it, assisted over greedy on the worst of the poor-draft cases (draft, draft-16,
+partial, self), and patched over its best constant draft length on the worse of trained and encdec.
 
 The code is the package scripts/benchkit/ (its __init__ says where what varies lives: workloads, sides and their
 environments, measurement, counting, report, plots).

@@ -1,7 +1,8 @@
 """Train the benchmark's target and draft models (`benchkit.train`): byte-level GPT-2 models on Python standard
 library source files, cached under build/bench/trained/<key>/.
 
-  python scripts/bench_train.py            # train unless cached, print the directory
+  python scripts/bench_train.py              # train unless cached, print the directory
+  python scripts/bench_train.py --sampling   # also the draft distilled on the target's distributions
 """
 
 import sys

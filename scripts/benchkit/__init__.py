@@ -7,7 +7,8 @@
   settings.py   what a side sets: attention implementation and draft length (DraftLength: the one hook's input).
   sides.py      a side = (environment, settings); the sides of a run, in table order. Patched sides with other
                 draft lengths: --patched-draft, --constant-draft (run_sides).
-  train.py      the trained target/draft pair (`scripts/bench_train.py`).
+  train.py      the trained target/draft pair, and the draft distilled on the target's distributions for the
+                sampling cases (`scripts/bench_train.py [--sampling]`).
   measure.py    the driver's measuring: worker processes, plan (repetitions, budget), warm-up, rotation, batches.
   clock.py      the worker's clock: forward hooks and round timestamps.
   counting.py   tensor operations and host-device syncs outside the forwards (worker) and their table (driver).

@@ -16,7 +16,7 @@ from .measure import Bench, load_average
 from .report import command_line, publish, publish_batch
 from .settings import DraftLength
 from .sides import PATCHED, STOCK, case_sides, from_meta, parse_lengths, run_sides
-from .workloads import BATCH_SIZES, CASES, HEADLINE, batch_prompts, trained_prompt
+from .workloads import BATCH_SIZES, CASES, HEADLINE, TRAINED_PAIRS, batch_prompts, trained_prompt
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -190,16 +190,20 @@ def prepare(args):
         else:
             interpreters[side.name] = (peer_envs.ensure(side.environment, quiet=True), None)
     trained = None
-    if any(CASES[case].pair == "trained" for case in cases):
+    pairs = {CASES[case].pair for case in cases}
+    if pairs & set(TRAINED_PAIRS):
         # Trained with the patched side's transformers (4.31.0: its save_pretrained files load in every version).
         env = dict(os.environ)
         if args.patched_pythonpath:
             env["PYTHONPATH"] = str(Path(args.patched_pythonpath).resolve())
-        result = subprocess.run([str(args.patched_python), str(REPO / "scripts" / "bench_train.py")], env=env)
+        command = [str(args.patched_python), str(REPO / "scripts" / "bench_train.py")]
+        sampling = "trained-sampling" in pairs
+        result = subprocess.run(command + (["--sampling"] if sampling else []), env=env)
         if result.returncode != 0:
             raise SystemExit("bench: training the benchmark's models failed (see above)")
         trained = {
             "dir": str(train.model_dir()),
+            "sampling_dir": str(train.sampling_dir()) if sampling else None,
             "prompt": trained_prompt(),
             "batch_prompts": batch_prompts(max(batch_sizes(args))),
         }
@@ -254,6 +258,9 @@ def main(argv=None, description=None):
     if trained:
         meta["trained_key"] = Path(trained["dir"]).name
         meta["trained_meta"] = json.loads((Path(trained["dir"]) / "training.json").read_text())
+        if trained["sampling_dir"]:
+            meta["sampling_key"] = Path(trained["sampling_dir"]).name
+            meta["sampling_meta"] = json.loads((Path(trained["sampling_dir"]) / "training.json").read_text())
         meta["trained_prompt"] = bytes(trained["prompt"]).decode("utf-8", "replace")
         meta["forward_costs"] = bench.forward_costs
     name = "results-batch" if args.batch_only else "results"

@@ -13,8 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from .sides import GREEDY_SIDES, PATCHED, case_sides
-from .workloads import BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name
+from .sides import GREEDY_SIDES, PATCHED, case_sides, reference_sides
+from .workloads import BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name, sampling_seed
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "scripts" / "bench_worker.py"
@@ -26,6 +26,7 @@ FULL = {
     "headline_reps": (21, 31),  # (minimum, maximum) repetitions
     "cheap_reps": (5, 11),
     "costly_reps": (2, 4),
+    "sampling_reps": (11, 21),
     "growth": [64, 128, 256, 512, 896],  # trained pair: time per token after this many new tokens
     "warmup_tokens": 8,
     "budget_s": 12 * 60,  # no optional repetition starts after this
@@ -36,6 +37,7 @@ QUICK = {
     "headline_reps": (5, 7),
     "cheap_reps": (3, 5),
     "costly_reps": (1, 1),
+    "sampling_reps": (3, 5),
     "growth": [32, 64, 128, 256],
     "warmup_tokens": 4,
     "budget_s": 100,
@@ -124,6 +126,7 @@ class Bench:
         # The sides of each case, in table order (the constant draft lengths run the cases whose drafts pay).
         self.constant_cases = getattr(args, "constant_cases", None)
         self.case_sides = {case: case_sides(CASES[case], sides, self.constant_cases) for case in self.cases}
+        self.reference_sides = {case: reference_sides(CASES[case], sides) for case in self.cases}
         self.batch_sizes = batch_sizes
         self.results = []  # every measurement, in the order made
         self.start = time.perf_counter()
@@ -145,17 +148,31 @@ class Bench:
     def greedy_key(self, case):
         return CASES[case].greedy_key(self.quick)
 
-    def measure(self, side, workload, method, tokens, phase, case=None, rep=None, marks=(), count_ops=False):
-        answer = self.workers[side].ask(
-            {
-                "op": "run",
-                "workload": workload,
-                "method": method,
-                "max_new_tokens": tokens,
-                "marks": list(marks),
-                "count_ops": count_ops,
-            }
-        )
+    def measure(
+        self,
+        side,
+        workload,
+        method,
+        tokens,
+        phase,
+        case=None,
+        rep=None,
+        marks=(),
+        count_ops=False,
+        temperature=None,
+    ):
+        """One run; with a temperature (a sampling case), seeded by the repetition, the same seed on every side."""
+        command = {
+            "op": "run",
+            "workload": workload,
+            "method": method,
+            "max_new_tokens": tokens,
+            "marks": list(marks),
+            "count_ops": count_ops,
+        }
+        if temperature is not None:
+            command.update(temperature=temperature, seed=sampling_seed(rep))
+        answer = self.workers[side].ask(command)
         answer.update(side=side, phase=phase, rep=rep, case=case, max_new_tokens=tokens)
         self.results.append(answer)
         if phase in ("warmup", "ops"):
@@ -185,7 +202,7 @@ class Bench:
         for case in self.cases:
             if side in self.case_sides[case]:
                 pairs.add(CASES[case].pair)
-            if side in self.greedy_sides:
+            if side in self.reference_sides[case]:
                 pairs.add(self.greedy_key(case)[0])
         return sorted(pairs)
 
@@ -226,11 +243,19 @@ class Bench:
             self.forward_costs = self.workers[PATCHED].ask({"op": "costs", "workload": "trained"})["forward_costs"]
         warm = self.plan["warmup_tokens"]
         for side in self.sides:
-            if side in self.greedy_sides:
-                for target in sorted({self.greedy_key(case)[0] for case in self.cases}):
-                    self.measure(side, target, "greedy", warm, "warmup")
-            for workload in sorted({CASES[case].pair for case in self.cases if side in self.case_sides[case]}):
-                self.measure(side, workload, "assisted", warm, "warmup")
+            # Every method the side runs, on every pair, greedy or sampling as its cases do.
+            references = {
+                (self.greedy_key(case)[0], CASES[case].reference_method, CASES[case].temperature)
+                for case in self.cases
+                if side in self.reference_sides[case]
+            }
+            for target, method, temperature in sorted(references, key=str):
+                self.measure(side, target, method, warm, "warmup", temperature=temperature)
+            assisted = {
+                (CASES[case].pair, CASES[case].temperature) for case in self.cases if side in self.case_sides[case]
+            }
+            for workload, temperature in sorted(assisted, key=str):
+                self.measure(side, workload, "assisted", warm, "warmup", temperature=temperature)
 
     def order(self, rep):
         sides = list(self.sides)
@@ -243,15 +268,28 @@ class Bench:
         done = set()
         for case in cases:
             key = self.greedy_key(case)
+            temperature = CASES[case].temperature
             if key not in done:
                 done.add(key)
-                # Greedy search is the same loop in 4.31 stock and patched: their ratio is the noise floor.
+                # Greedy search is the same loop in 4.31 stock and patched: their ratio is the noise floor. A sampling
+                # case's reference is plain sampling on the patched fork.
                 for side in order:
-                    if side in self.greedy_sides:
-                        self.measure(side, key[0], "greedy", key[1], "ab", case=greedy_name(key), rep=rep)
+                    if side in self.reference_sides[case]:
+                        method = CASES[case].reference_method
+                        name = greedy_name(key)
+                        self.measure(side, key[0], method, key[1], "ab", case=name, rep=rep, temperature=temperature)
             for side in order:
                 if side in self.case_sides[case]:
-                    self.measure(side, CASES[case].pair, "assisted", self.tokens(case), "ab", case=case, rep=rep)
+                    self.measure(
+                        side,
+                        CASES[case].pair,
+                        "assisted",
+                        self.tokens(case),
+                        "ab",
+                        case=case,
+                        rep=rep,
+                        temperature=temperature,
+                    )
 
     def rep_cost(self, cases):
         """Wall seconds the last repetition of these cases took (for the budget guard)."""

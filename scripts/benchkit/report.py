@@ -156,6 +156,9 @@ def report(meta, info, sides, table, growth, files, results):
     constant = [side for side in sides if side.is_constant]
     sides = [side for side in sides if not side.is_constant]
     names = [side.name for side in sides]
+    # The sampling cases have a section of their own (their reference is plain sampling, their tokens differ).
+    sampling = {case: row for case, row in table.items() if row.get("sampling") is not None}
+    table = {case: row for case, row in table.items() if case not in sampling}
     peer_versions = list(dict.fromkeys(side.environment for side in sides if side.kind == "peer"))
     head = table.get(HEADLINE)
     lines = []
@@ -437,6 +440,7 @@ def report(meta, info, sides, table, growth, files, results):
                 + f" | {difference} |"
             )
         add("")
+    lines.extend(sampling_section(sampling, sides, meta))
     if growth:
         marks = meta["marks"]
         add("## Time per token against the number of generated tokens (trained pair)")
@@ -475,6 +479,138 @@ def report(meta, info, sides, table, growth, files, results):
     )
     add("")
     return "\n".join(lines)
+
+
+def sampling_draft(case):
+    """Which draft a sampling case runs, in words."""
+    if CASES[case].pair == "trained-sampling":
+        return "distilled on the target's distributions"
+    return "the trained case's (distilled on greedy outputs)"
+
+
+def sampling_section(rows, sides, meta):
+    """The Sampling section: plain sampling, the 4.31 rule (stock), speculative sampling (patched, 5.23.0)."""
+    if not rows:
+        return []
+    ran = [
+        side for side in sides if any(side.name in row["side"] or side.name in row["failed"] for row in rows.values())
+    ]
+    names = [side.name for side in ran]
+    rule = {STOCK: "the 4.31 rule", PATCHED: "speculative sampling"}
+    labels = {side.name: f"{side.label} ({rule.get(side.name, 'its speculative sampling')})" for side in ran}
+    tokens = sorted({row["tokens"] for row in rows.values()})
+    reps = sorted({row["reps"] for row in rows.values()})
+    lines = ["## Sampling", ""]
+    add = lines.append
+    add(
+        f"The trained target samples {listing(map(str, tokens))} new tokens from its prompt at the case's temperature "
+        "with `top_k` 0 (the whole distribution, no other warper), after `torch.manual_seed(1000 + r)` in "
+        "repetition r, the same seed on every side. *Plain sampling* (the patched fork without an assistant) is the "
+        "reference; the assisted sides:"
+    )
+    add("")
+    add(
+        "- stock 4.31.0, *the 4.31 rule*: the assistant drafts greedily, and a candidate is kept when it equals the "
+        "target's own sample at its position;"
+    )
+    add(
+        "- patched, *speculative sampling*: the assistant samples its candidates from its processed and warped "
+        "distribution q, the target keeps each with probability min(1, p/q) and resamples a rejected one from the "
+        "residual max(0, p - q), so that the tokens are distributed as plain sampling's; its default draft length "
+        "(schedule `adaptive`, which with sampling weighs the models' parameter counts instead of timings);"
+    )
+    peers = [side for side in ran if side.kind == "peer"]
+    if peers:
+        add(
+            f"- {listing(side.label for side in peers)}, as shipped: its own speculative sampling, its own "
+            "draft-length defaults."
+        )
+    add("")
+    add(
+        "Sampled tokens cannot be compared from side to side (each samples its own way, from the same seed): the "
+        "checks are that every run generated exactly the tokens asked for (no EOS), and that the 4.31.0-based "
+        "sides do not fail. *Tokens per target forward*: new tokens over the target's forward calls, all "
+        "repetitions together (plain sampling: 1); acceptance: candidates kept / candidates drafted."
+    )
+    add("")
+    drafts = {}
+    for case in rows:
+        drafts.setdefault(sampling_draft(case), []).append(f"`{case}`")
+    add("Drafts: " + "; ".join(f"{listing(cases)}: {draft}" for draft, cases in drafts.items()) + ".")
+    trained = meta.get("sampling_meta")
+    if trained and any(CASES[case].pair == "trained-sampling" for case in rows):
+        s = trained["settings"]
+        add(
+            f"The draft distilled on the target's distributions (`scripts/bench_train.py --sampling`, cache key "
+            f"`{meta['sampling_key']}`) has the greedy draft's shape ({s['draft']['n_layer']} layer x "
+            f"{s['draft']['n_embd']}, {trained['parameters']['draft'] / 1e6:.2f}M parameters), trained for "
+            f"{s['steps']} steps of {s['batch']}x{s['context']} bytes of the training text on KL(target || draft) of "
+            f"the next-byte distributions at temperature {s['temperature']:g} (final {trained['kl']:.3f} nats); "
+            f"{trained['training_seconds']:.0f} s on {s['threads']} thread when it was trained. The greedy draft is "
+            "sure of the target's greedy byte: its distribution is peaked where the target's is not, so speculative "
+            "sampling keeps few of its candidates. The 4.31 rule drafts greedily with either draft, and keeps a "
+            "candidate only when the target happens to sample that byte."
+        )
+    add("")
+    add(
+        f"Time per generated token (ms, medians over {listing(map(str, reps))} repetitions) and, in brackets, the "
+        "speedup over plain sampling (paired per repetition, median):"
+    )
+    add("")
+    add(
+        "| case | temperature | plain sampling | "
+        + " | ".join(labels[name] for name in names)
+        + " | **speedup of patched over plain sampling** | reps |"
+    )
+    add("|---|---|---|" + "---|" * len(names) + "---|---|")
+    for case, row in rows.items():
+
+        def timing(values, row=row, name=None):
+            return f"{ms(values['per_token'])} ({row['speedup'][name][0]:.2f}x)"
+
+        cells = " | ".join(cell(row, name, lambda v, name=name, row=row: timing(v, row, name)) for name in names)
+        reference = ms(row["reference"]["per_token"]) if row["reference"] else "-"
+        add(
+            f"| {case} | {row['sampling']:g} | {reference} | {cells} "
+            f"| **{ratio_text(row['speedup'].get(PATCHED), 2)}x** | {row['reps']} |"
+        )
+    add("")
+    for case, row in rows.items():
+        speedup = row["speedup"].get(PATCHED)
+        if row["sampling"] == 0.7 and CASES[case].pair == "trained-sampling" and speedup:
+            every = (
+                "in every repetition" if speedup[1] > 1 else f"but not in every repetition (slowest {speedup[1]:.2f}x)"
+            )
+            verb = "faster than" if speedup[0] > 1 else "**not faster** than"
+            add(
+                f"At temperature {row['sampling']:g} (`{case}`), speculative sampling (patched) is {verb} plain "
+                f"sampling: {ratio_text(speedup, 2)} times its speed per token, {every}."
+            )
+            add("")
+    add("New tokens per target forward (acceptance in brackets):")
+    add("")
+    add(
+        "| case | draft | plain sampling | "
+        + " | ".join(labels[name] for name in names)
+        + " | every run generated the tokens asked for |"
+    )
+    add("|---|---|---|" + "---|" * len(names) + "---|")
+    for case, row in rows.items():
+        reference = format(row["reference"]["tokens_per_forward"], ".2f") if row["reference"] else "-"
+        work = " | ".join(
+            cell(row, name, lambda v: f"{v['tokens_per_forward']:.2f} ({v['acceptance']:.0%})") for name in names
+        )
+        add(f"| {case} | {sampling_draft(case)} | {reference} | {work} | {'yes' if row['lengths_ok'] else '**no**'} |")
+    add("")
+    failures = [(case, name, text) for case, row in rows.items() for name, text in row["failed"].items()]
+    for case, name, text in failures:
+        add(f"- `{case}`, {labels.get(name, name)}: {text}")
+    if failures:
+        add("")
+    else:
+        add("No side failed a sampling run.")
+        add("")
+    return lines
 
 
 def constant_section(table, constant):
@@ -907,6 +1043,31 @@ def verdict(table, labels):
     return lines
 
 
+def sampling_text(table, sides):
+    """The sampling cases as the driver prints them: time per token and tokens per target forward, per side."""
+    rows = {case: row for case, row in table.items() if row.get("sampling") is not None}
+    if not rows:
+        return []
+    names = [
+        side.name
+        for side in sides
+        if any(side.name in row["side"] or side.name in row["failed"] for row in rows.values())
+    ]
+    shorts = {side.name: side.short for side in sides}
+    lines = ["", "sampling (ms/tok, tokens per target forward): plain / " + " / ".join(shorts[name] for name in names)]
+    for case, row in rows.items():
+        reference = row["reference"]
+        timings = [ms(reference["per_token"]) if reference else "-"]
+        timings += [cell(row, name, lambda v: ms(v["per_token"])) for name in names]
+        forwards = [f"{reference['tokens_per_forward']:.2f}" if reference else "-"]
+        forwards += [cell(row, name, lambda v: f"{v['tokens_per_forward']:.2f}") for name in names]
+        lines.append(
+            f"{case:<27} {' / '.join(timings)}; {' / '.join(forwards)}; plain/patched "
+            f"{ratio_text(row['speedup'].get(PATCHED), 2)}; lengths {'ok' if row['lengths_ok'] else 'WRONG'}"
+        )
+    return lines
+
+
 def speedup_line(table):
     """The patched side's speedup over greedy search on the headline case (printed above the verdict)."""
     head = table.get(HEADLINE)
@@ -924,16 +1085,19 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     table, growth = summarize(results, sides, meta["cases"], meta["quick"])
     docs_dir = docs_dir_of(docs_dir, meta)
     main = [side for side in sides if not side.is_constant]
-    files = plots(table, growth, meta, info, main, docs_dir)
+    greedy_rows = {case: row for case, row in table.items() if row.get("sampling") is None}
+    files = plots(greedy_rows, growth, meta, info, main, docs_dir)
     (docs_dir / "benchmarks.md").write_text(report(meta, info, sides, table, growth, files, results))
 
     names = [side.name for side in main]
     labels = {side.name: side.label for side in sides}
     print()
     print(f"{'case':<11} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in main) + "   patched/stock")
-    for case, row in table.items():
+    for case, row in greedy_rows.items():
         cells = " ".join(f"{cell(row, side, lambda v: ms(v['per_token'])):>10}" for side in names)
         print(f"{case:<11} {ms(row['greedy']):>8} {cells}   {ratio_text(row['ratio'])}")
+    for line in sampling_text(table, main):
+        print(line)
     for case, row in table.items():
         if row.get("best_constant"):
             best = row["side"][row["best_constant"]]["per_token"]

@@ -110,12 +110,26 @@ def run_sides(peers, patched_draft=None, constant=(), stock=True):
 
 def case_sides(case, sides, constant_cases=None):
     """The names of the sides that run `case` (a `benchkit.workloads.Case`), in the order of `sides`: every side but
-    the constant draft lengths, which run the cases in `constant_cases` (default: those whose drafts pay)."""
+    the constant draft lengths, which run the cases in `constant_cases` (default: those whose drafts pay), and but
+    the upstream sides the case leaves out (`case.peers`)."""
     if constant_cases is None:
         constant = case.best_constant
     else:
         constant = case.name in constant_cases
-    return [side.name for side in sides if constant or not side.is_constant]
+    return [
+        side.name
+        for side in sides
+        if (constant or not side.is_constant)
+        and (side.kind != "peer" or case.peers is None or side.name in case.peers)
+    ]
+
+
+def reference_sides(case, sides):
+    """The names of the sides that run the reference of `case`: greedy search on stock and patched (their ratio is
+    the noise floor), plain sampling on patched alone for a sampling case."""
+    names = [side.name for side in sides]
+    wanted = (PATCHED,) if case.sampling else GREEDY_SIDES
+    return [name for name in names if name in wanted]
 
 
 def known(name):

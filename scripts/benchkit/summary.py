@@ -40,7 +40,8 @@ def summarize(results, sides, cases, quick=False):
         greedy = by_rep(results, greedy_name(CASES[case].greedy_key(quick)))
         if not runs or not greedy:
             continue
-        row = {"reps": len(runs), "tokens": CASES[case].new_tokens(quick), "failed": {}, "side": {}}
+        tokens = CASES[case].new_tokens(quick)
+        row = {"reps": len(runs), "tokens": tokens, "failed": {}, "side": {}, "sampling": CASES[case].temperature}
         for side in names:
             measured = [rep[side] for rep in runs.values() if side in rep]
             failures = [m["failed"] for m in measured if "failed" in m]
@@ -49,26 +50,17 @@ def summarize(results, sides, cases, quick=False):
                 continue
             if not measured:
                 continue
-            sample = measured[0]
-            row["side"][side] = {
-                "per_token": median([m["per_token"] for m in measured]),
-                "acceptance": sample["accepted"] / sample["proposed"] if sample["proposed"] else float("nan"),
-                "accepted": sample["accepted"],
-                "proposed": sample["proposed"],
-                "rounds": sample["rounds"],
-                "tokens_per_round": sample["new_tokens"] / sample["rounds"],
-                "overhead": median([m["overhead_per_round"] for m in measured]),
-                "round_time": median([m["round_time"] for m in measured]),
-                "first_round": median([m["first_round"] for m in measured]),
-                "output": {m["output_sha"] for m in measured},
-            }
+            row["side"][side] = side_summary(measured, tokens)
         greedy_runs = {side: [rep[side] for rep in greedy.values() if side in rep] for side in (STOCK, PATCHED)}
         row["greedy"] = median([m["per_token"] for m in greedy_runs[PATCHED]])
         row["greedy_overhead"] = median([m["overhead_per_round"] for m in greedy_runs[PATCHED]])
         row["greedy_round"] = median([m["round_time"] for m in greedy_runs[PATCHED]])
         row["greedy_first"] = median([m["first_round"] for m in greedy_runs[PATCHED]])
-        noise = [g[PATCHED]["per_token"] / g[STOCK]["per_token"] for g in greedy.values() if len(g) == 2]
-        row["noise"] = (median(noise), *spread(noise))
+        row["reference"] = side_summary(greedy_runs[PATCHED], tokens) if greedy_runs[PATCHED] else None
+        noise = [
+            g[PATCHED]["per_token"] / g[STOCK]["per_token"] for g in greedy.values() if STOCK in g and PATCHED in g
+        ]
+        row["noise"] = summary_of(noise)  # None without stock's greedy runs (a sampling case)
         greedy_output = {m["output_sha"] for runs_ in greedy_runs.values() for m in runs_}
 
         def paired(side, other, runs=runs):
@@ -103,8 +95,14 @@ def summarize(results, sides, cases, quick=False):
             row["speedup"][side] = summary_of([g / a for g, a in pairs]) or (float("nan"),) * 3
             row["slowdown"][side] = summary_of([a / g for g, a in pairs]) or (float("nan"),) * 3
         outputs = set().union(*(values["output"] for values in done.values())) if done else set()
-        row["same_tokens"] = len(outputs) == 1
-        row["same_as_greedy"] = outputs == greedy_output
+        if row["sampling"] is None:
+            row["same_tokens"] = len(outputs) == 1
+            row["same_as_greedy"] = outputs == greedy_output
+        else:
+            # Sampled tokens differ from side to side (each samples its own way): the check is their number.
+            row["same_tokens"] = row["same_as_greedy"] = None
+        references = [row["reference"]] if row["reference"] else []
+        row["lengths_ok"] = all(values["lengths_ok"] for values in list(done.values()) + references)
         table[case] = row
     growth = {}
     for result in results:
@@ -112,6 +110,32 @@ def summarize(results, sides, cases, quick=False):
             label = "greedy" if result["method"] == "greedy" else result["side"]
             growth[label] = {int(mark): value for mark, value in result["prefix_per_token"].items()}
     return table, growth
+
+
+def side_summary(measured, tokens):
+    """A side's runs of a case: medians of the times; the work (acceptance, tokens per round and per target forward)
+    over all its runs together, as sampling runs differ from one repetition to the next (greedy ones do not)."""
+    sample = measured[0]
+    proposed = sum(m["proposed"] for m in measured)
+    accepted = sum(m["accepted"] for m in measured)
+    generated = sum(m["new_tokens"] for m in measured)
+    forwards = sum(m.get("target_calls", m["rounds"]) for m in measured)
+    return {
+        "per_token": median([m["per_token"] for m in measured]),
+        "acceptance": accepted / proposed if proposed else float("nan"),
+        "accepted": sample["accepted"],
+        "proposed": sample["proposed"],
+        "rounds": sample["rounds"],
+        "tokens_per_round": generated / sum(m["rounds"] for m in measured),
+        "tokens_per_forward": generated / forwards if forwards else float("nan"),
+        "overhead": median([m["overhead_per_round"] for m in measured]),
+        "round_time": median([m["round_time"] for m in measured]),
+        "first_round": median([m["first_round"] for m in measured]),
+        "output": {m["output_sha"] for m in measured},
+        # every run generated the tokens asked for (no EOS: the same number on every side)
+        "lengths_ok": all(m["new_tokens"] == tokens for m in measured),
+        "runs": len(measured),
+    }
 
 
 def worst_poor_draft(table, side=PATCHED):

@@ -12,6 +12,13 @@ build/bench/trained/<key>/ (the key hashes the corpus, the settings and TRAINING
 with `from_pretrained`. The held-out tail of the corpus (never trained on) gives the benchmark's prompts.
 
   python scripts/bench_train.py            # train unless cached, print the directory (this module's main)
+  python scripts/bench_train.py --sampling # also the sampling draft (below), print its directory
+
+A second draft of the same shape serves the sampling cases: distilled on the target's next-byte distributions (KL to
+its softmax at temperature 1 on windows of the training text), cached under build/bench/trained/<sampling key>/ (the
+key hashes the target's key, SAMPLING_SETTINGS and SAMPLING_VERSION). The first draft, distilled on greedy outputs,
+predicts the target's greedy token with near certainty, so its sampling distribution is peaked where the target's is
+not: speculative sampling keeps few of its candidates.
 """
 
 import argparse
@@ -133,7 +140,9 @@ def gpt2(shape):
     return GPT2LMHeadModel(config)
 
 
-def train(model, batches, steps, lr, label):
+def train(model, batches, steps, lr, label, objective=None):
+    """Trains `model` for `steps` steps of AdamW (warm-up, cosine decay) on `batches(step)`: (input_ids, labels) for
+    the language-modelling loss, or anything `objective(model, batch)` turns into a loss."""
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -145,8 +154,11 @@ def train(model, batches, steps, lr, label):
     model.train()
     start = time.perf_counter()
     for step in range(steps):
-        input_ids, labels = batches(step)
-        loss = model(input_ids=input_ids, labels=labels).loss
+        if objective is None:
+            input_ids, labels = batches(step)
+            loss = model(input_ids=input_ids, labels=labels).loss
+        else:
+            loss = objective(model, batches(step))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -229,6 +241,97 @@ def build(directory):
     return directory
 
 
+# The sampling draft: the same tiny shape as the draft above, distilled on the target's distributions rather than its
+# greedy outputs (the greedy draft's distribution is peaked on the target's greedy token, so speculative sampling keeps
+# few of its candidates). Loss: KL(target || draft) of the next-byte distributions at temperature 1, on windows of the
+# training text. One thread: on a shared two-core machine, two threads contend for the cores (several times slower).
+SAMPLING_SETTINGS = {
+    "draft": SETTINGS["draft"],
+    "threads": 1,
+    "steps": 400,
+    "batch": 16,
+    "context": 64,
+    "lr": 3e-3,
+    "temperature": 1.0,
+    "seed": 7,
+}
+SAMPLING_VERSION = "1"
+
+
+def sampling_key():
+    """The sampling draft's cache key: the target's key, its settings and SAMPLING_VERSION."""
+    digest = hashlib.sha256()
+    digest.update(key().encode())
+    digest.update(json.dumps(SAMPLING_SETTINGS, sort_keys=True).encode())
+    digest.update(SAMPLING_VERSION.encode())
+    return digest.hexdigest()[:12]
+
+
+def sampling_dir():
+    return TRAINED_DIR / sampling_key()
+
+
+def distribution_loss(target, temperature):
+    """objective(draft, input_ids): the mean over positions of KL(target || draft), both softmaxes at `temperature`."""
+    import torch
+
+    def objective(draft, input_ids):
+        with torch.no_grad():
+            expected = (target(input_ids=input_ids).logits / temperature).log_softmax(-1)
+        predicted = (draft(input_ids=input_ids).logits / temperature).log_softmax(-1)
+        return (expected.exp() * (expected - predicted)).sum(-1).mean()
+
+    return objective
+
+
+def build_sampling(directory, target_dir):
+    """Distils the sampling draft from the target saved in `target_dir`; saves it under `directory`/draft."""
+    import torch
+    import transformers
+    from transformers import GPT2LMHeadModel
+
+    transformers.logging.set_verbosity_error()
+    s = SAMPLING_SETTINGS
+    torch.set_num_threads(s["threads"])
+    train_text, _ = split(corpus_bytes())
+    data = torch.tensor(list(train_text), dtype=torch.long)
+    generator = torch.Generator().manual_seed(s["seed"])
+    started = time.perf_counter()
+    target = GPT2LMHeadModel.from_pretrained(target_dir).eval()
+
+    def windows(step):
+        starts = torch.randint(0, len(data) - s["context"] - 1, (s["batch"],), generator=generator)
+        return torch.stack([data[i : i + s["context"]] for i in starts.tolist()])
+
+    print(f"bench: distilling the sampling draft ({s['draft']}) on the target's distributions")
+    torch.manual_seed(s["seed"])
+    draft = gpt2(s["draft"])
+    loss = train(draft, windows, s["steps"], s["lr"], "sampling draft", distribution_loss(target, s["temperature"]))
+    directory.mkdir(parents=True, exist_ok=True)
+    draft.save_pretrained(directory / "draft", safe_serialization=True)
+    meta = {
+        "settings": SAMPLING_SETTINGS,
+        "target_key": key(),
+        "kl": loss,
+        "training_seconds": time.perf_counter() - started,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "parameters": {"draft": sum(p.numel() for p in draft.parameters())},
+    }
+    (directory / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"bench: distilled in {meta['training_seconds']:.0f} s; saved to {directory}")
+    return directory
+
+
+def ensure_sampling():
+    """The directory holding the sampling draft (draft/), distilled now unless cached; trains the target first."""
+    target_dir = ensure() / "target"
+    directory = sampling_dir()
+    if (directory / "training.json").exists():
+        return directory
+    return build_sampling(directory, target_dir)
+
+
 def ensure():
     """The directory holding target/ and draft/, trained now unless a run with the same key cached them."""
     directory = model_dir()
@@ -240,8 +343,15 @@ def ensure():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.parse_args()
+    parser.add_argument(
+        "--sampling",
+        action="store_true",
+        help="also the sampling draft, distilled on the target's distributions (the sampling cases' draft)",
+    )
+    args = parser.parse_args()
     print(ensure())
+    if args.sampling:
+        print(ensure_sampling())
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ stdout (everything the libraries print goes to stderr). Commands:
     {"op": "save_weights", "workload": NAME, "path": PATH}   (its weights, for the sides that build them otherwise)
     {"op": "adopt_weights", "workload": NAME, "path": PATH}  (load those; answers the new checksum)
     {"op": "costs", "workload": NAME}   (time of one cached forward of the target and of the assistant)
-    {"op": "run", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N, "marks": [...]}
+    {"op": "run", "workload": NAME, "method": "greedy" | "assisted" | "sample", "max_new_tokens": N, "marks": [...],
+     "temperature": T, "seed": S}   (with a temperature, assisted decoding samples too; seeded before the call)
         (with "count_ops": true, the answer also counts the tensor operations run outside the model forwards:
         "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
@@ -253,10 +254,22 @@ class Worker:
                 costs[name] = total / calls
         return {"forward_costs": costs}
 
-    def run(self, workload, method, max_new_tokens, marks=(), prompt=None, keep_rows=False, count_ops=False):
+    def run(
+        self,
+        workload,
+        method,
+        max_new_tokens,
+        marks=(),
+        prompt=None,
+        keep_rows=False,
+        count_ops=False,
+        temperature=None,
+        seed=None,
+    ):
         """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask); with
         `count_ops`, the operations run outside the model forwards are counted (and the timings are not worth
-        keeping)."""
+        keeping). `method`: "greedy", "assisted", or "sample" (plain sampling); with `temperature`, "assisted"
+        samples too (top_k 0: the whole distribution, no other warper), after `torch.manual_seed(seed)`."""
         from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
 
         clock = self.clock
@@ -274,10 +287,15 @@ class Worker:
                 clock.round_end(input_ids.shape[-1])
                 return False
 
+        sampling = method == "sample" or temperature is not None
+        if sampling:
+            sample_args = {"do_sample": True, "temperature": 1.0 if temperature is None else temperature, "top_k": 0}
+        else:
+            sample_args = {"do_sample": False}
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
             min_new_tokens=0,
-            do_sample=False,
+            **sample_args,
             num_beams=1,
             eos_token_id=None,  # random weights: never stop early, every run generates exactly max_new_tokens
             pad_token_id=0,
@@ -297,6 +315,8 @@ class Worker:
 
         clock.reset()
         counter = OpCounter(clock) if count_ops else None
+        if seed is not None:
+            torch.manual_seed(seed)
         with torch.no_grad():
             clock.sync()
             cpu_start = time.process_time()
@@ -384,6 +404,8 @@ class Worker:
             "prefix_per_token": prefix,
             "prompt_length": prompt_length,
             "first_round": rounds[0][0] - start,  # the prompt's round: time to the first token
+            "temperature": temperature if sampling else None,
+            "seed": seed,
             # The trained pair speaks bytes: its continuation is worth reading.
             "continuation": output[0, start_length:].tolist() if workload == "trained" else None,
             "output_sha": hashlib.sha256(output.cpu().numpy().tobytes()).hexdigest()[:16],
@@ -488,6 +510,8 @@ class Worker:
                 command["max_new_tokens"],
                 command.get("marks", ()),
                 count_ops=command.get("count_ops", False),
+                temperature=command.get("temperature"),
+                seed=command.get("seed"),
             )
         raise ValueError(f"unknown op {op!r}")
 

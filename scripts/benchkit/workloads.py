@@ -156,19 +156,38 @@ def _loop(b):
     return target, b.model(GPT2LMHeadModel, small), b.prompt(target.config.vocab_size)
 
 
+def _trained_target(b):
+    if not b.trained:
+        raise ValueError("the trained workloads need the directory of the trained models")
+    if "trained" not in b.cache:
+        b.cache["trained"] = b.pretrained(os.path.join(b.trained["dir"], "target"))
+    return b.cache["trained"]
+
+
+def _trained_prompt(b):
+    import torch
+
+    input_ids = torch.tensor([b.trained["prompt"]], dtype=torch.long, device=b.device)
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
 @pair("trained")
 def _trained(b):
     # The byte-level pair of `benchkit.train`: a target and a draft distilled from its greedy outputs.
-    import torch
-
-    if not b.trained:
-        raise ValueError("the trained workload needs the directory of the trained models")
-    target = b.pretrained(os.path.join(b.trained["dir"], "target"))
-    draft = b.pretrained(os.path.join(b.trained["dir"], "draft"))
-    input_ids = torch.tensor([b.trained["prompt"]], dtype=torch.long, device=b.device)
-    return target, draft, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    target = _trained_target(b)
+    return target, b.pretrained(os.path.join(b.trained["dir"], "draft")), _trained_prompt(b)
 
 
+@pair("trained-sampling", greedy="trained")
+def _trained_sampling(b):
+    # The same target with the draft distilled on its distributions (`benchkit.train.ensure_sampling`).
+    target = _trained_target(b)
+    if not b.trained.get("sampling_dir"):
+        raise ValueError("the trained-sampling workload needs the directory of the sampling draft")
+    return target, b.pretrained(os.path.join(b.trained["sampling_dir"], "draft")), _trained_prompt(b)
+
+
+TRAINED_PAIRS = ("trained", "trained-sampling")  # what needs `scripts/bench_train.py` (the second: --sampling)
 TRAINED_PAIR = (
     "trained byte-level GPT-2 ({0[n_layer]}x{0[n_embd]}) + distilled draft ({1[n_layer]}x{1[n_embd]})".format(
         train.SETTINGS["target"], train.SETTINGS["draft"]
@@ -182,7 +201,9 @@ class Case:
     (`benchkit.measure.FULL`); `count_ops`: its operations outside the forwards are counted; `poor_draft`: a draft that
     does not pay (it disagrees, half agrees, or costs what the target costs), where assisted decoding must lose little
     against greedy search; `best_constant`: a draft that pays, where the patched fork also runs with constant draft
-    lengths (`--constant-draft`, sides patched-kN) to find the best one in hindsight."""
+    lengths (`--constant-draft`, sides patched-kN) to find the best one in hindsight; `temperature`: a sampling case
+    (top_k 0: the whole distribution), seeded per repetition, whose reference is plain sampling on the patched fork;
+    `peers`: the only upstream sides that run it (None: all of them)."""
 
     name: str
     pair: str
@@ -193,13 +214,27 @@ class Case:
     count_ops: bool = False
     poor_draft: bool = False
     best_constant: bool = False
+    temperature: float | None = None
+    peers: tuple | None = None
+
+    @property
+    def sampling(self):
+        return self.temperature is not None
 
     def new_tokens(self, quick):
         return self.quick_tokens if quick else self.tokens
 
     def greedy_key(self, quick):
-        """(pair, tokens) of the greedy run this case is measured against."""
+        """(pair, tokens) of the greedy run this case is measured against; (pair, tokens, temperature) of the plain
+        sampling run for a sampling case."""
+        if self.sampling:
+            return PAIRS[self.pair].greedy, self.new_tokens(quick), self.temperature
         return PAIRS[self.pair].greedy, self.new_tokens(quick)
+
+    @property
+    def reference_method(self):
+        """The method of the reference runs: greedy search, or plain sampling for a sampling case."""
+        return "sample" if self.sampling else "greedy"
 
 
 CASES = {
@@ -232,16 +267,48 @@ CASES = {
         ),
     ]
 }
+SAMPLING_PEERS = ("5.23.0",)  # the newest release, as shipped: its own speculative sampling
+SAMPLING_DRAFT = "draft distilled on the target's distributions (KL, 1x64)"
+for _temperature in (1.0, 0.7):
+    CASES[f"sampling-t{_temperature}"] = Case(
+        f"sampling-t{_temperature}",
+        "trained-sampling",
+        128,
+        128,
+        f"the trained target sampling at temperature {_temperature} (top_k 0) + {SAMPLING_DRAFT}",
+        "sampling",
+        temperature=_temperature,
+        peers=SAMPLING_PEERS,
+    )
+CASES["sampling-t0.7-greedy-draft"] = Case(
+    "sampling-t0.7-greedy-draft",
+    "trained",
+    128,
+    128,
+    "the trained target sampling at temperature 0.7 (top_k 0) + the trained case's draft (distilled on greedy "
+    "outputs): why the sampling cases have a draft of their own",
+    "cheap",
+    temperature=0.7,
+    peers=SAMPLING_PEERS,
+)
 HEADLINE = "trained"
 # Groups in the order their first repetitions run: the headline cases are the cheapest and get the most repetitions
 # (their ratios are the run's verdict; a shared machine's noise spreads single ratios by 15% or more); the other cheap
 # cases many; the GPT-2 small ones cost most of the run.
-GROUPS = ["headline", "cheap", "costly"]
+GROUPS = ["headline", "sampling", "cheap", "costly"]
+SAMPLING_SEED = 1000  # the seed of repetition r is SAMPLING_SEED + r, the same on every side
 
 
 def greedy_name(key):
-    """The name of a greedy run's measurements: greedy:PAIR:TOKENS."""
+    """The name of a reference run's measurements: greedy:PAIR:TOKENS, or sample:PAIR:TOKENS:tTEMPERATURE."""
+    if len(key) == 3:
+        return f"sample:{key[0]}:{key[1]}:t{key[2]}"
     return f"greedy:{key[0]}:{key[1]}"
+
+
+def sampling_seed(rep):
+    """The seed of a sampling run of repetition `rep` (None: the warm-up)."""
+    return SAMPLING_SEED + (rep if rep is not None else -1)
 
 
 # The batch table: the trained pair, B held-out prompts of different lengths, left padded.

@@ -153,7 +153,7 @@ def test_constant_draft_lengths_run_the_cases_whose_drafts_pay_only():
     for name, case in workloads.CASES.items():
         ran = sides.case_sides(case, run)
         assert ("patched-k10" in ran) == (name in paying)
-        assert {"stock", "5.23.0", "5.23.0-eager", "patched"} <= set(ran)
+        assert {"stock", "5.23.0", "patched"} <= set(ran)
     # --constant-cases chooses others
     assert "patched-k1" in sides.case_sides(workloads.CASES["loop"], run, ["loop"])
     assert "patched-k1" not in sides.case_sides(workloads.CASES["trained"], run, ["loop"])
@@ -466,3 +466,94 @@ def test_the_verdict_ends_with_the_best_peer_and_the_worst_poor_draft():
     table, _ = summary.summarize(plain, run, meta["cases"])
     assert report.verdict(table, {})[4].startswith("assisted patched/best constant draft length: n/a")
     assert report.speedup_line(table).startswith("assisted speedup over greedy, trained draft: 2.22 ")
+
+
+# ---- sampling
+
+
+def test_the_sampling_cases_run_plain_sampling_the_431_rule_and_speculative_sampling():
+    run = sides.run_sides(list(peers.PEERS), constant=[1, 2])
+    for name in ("sampling-t1.0", "sampling-t0.7"):
+        case = workloads.CASES[name]
+        assert case.sampling and case.pair == "trained-sampling" and case.tokens == 128
+        assert sides.case_sides(case, run) == ["stock", "5.23.0", "patched"]
+        assert sides.reference_sides(case, run) == ["patched"]  # plain sampling, patched alone
+        assert case.reference_method == "sample"
+    assert workloads.CASES["sampling-t0.7"].greedy_key(False) == ("trained", 128, 0.7)
+    assert workloads.greedy_name(("trained", 128, 0.7)) == "sample:trained:128:t0.7"
+    assert workloads.CASES["sampling-t0.7-greedy-draft"].greedy_key(False) == ("trained", 128, 0.7)
+    # greedy cases keep their references: stock and patched
+    assert sides.reference_sides(workloads.CASES["trained"], run) == ["stock", "patched"]
+    assert workloads.PAIRS["trained-sampling"].greedy == "trained"
+    assert workloads.sampling_seed(0) != workloads.sampling_seed(1)
+
+
+def test_sampling_runs_are_seeded_and_generate_what_was_asked():
+    worker = make_worker()
+    first = worker.run("loop", "sample", 24, temperature=0.7, seed=5)
+    again = worker.run("loop", "sample", 24, temperature=0.7, seed=5)
+    other = worker.run("loop", "sample", 24, temperature=0.7, seed=6)
+    assert first["output_sha"] == again["output_sha"] != other["output_sha"]
+    assert first["new_tokens"] == 24 and first["target_calls"] == 24 and first["proposed"] == 0
+    assert first["temperature"] == 0.7 and first["seed"] == 5
+    assisted = worker.run("loop", "assisted", 24, temperature=0.7, seed=5)
+    assert "failed" not in assisted and assisted["new_tokens"] == 24
+    assert assisted["output_sha"] == worker.run("loop", "assisted", 24, temperature=0.7, seed=5)["output_sha"]
+    assert worker.run("loop", "greedy", 24)["temperature"] is None
+
+
+def sampling_results(short=False):
+    results = []
+    for rep in range(3):
+        results.append(result("sample:trained:128:t0.7", "patched", rep, 8.0, "sample", new_tokens=128, rounds=128))
+        for side, per_token, calls in (("stock", 10.0, 100), ("5.23.0", 9.0, 64), ("patched", 5.0, 25)):
+            new_tokens = 120 if short and side == "stock" else 128
+            results.append(
+                result("sampling-t0.7", side, rep, per_token, output_sha=f"{side}{rep}", new_tokens=new_tokens)
+                | {"target_calls": calls, "rounds": calls}
+            )
+    return results
+
+
+def test_sampling_rows_check_lengths_not_tokens_and_count_tokens_per_target_forward():
+    run = sides.run_sides(["5.23.0"])
+    table, _ = summary.summarize(sampling_results(), run, ["sampling-t0.7"])
+    row = table["sampling-t0.7"]
+    assert row["sampling"] == 0.7 and row["noise"] is None
+    assert row["same_tokens"] is None and row["lengths_ok"]
+    assert row["reference"]["per_token"] == 8.0 and row["reference"]["tokens_per_forward"] == 1.0
+    assert row["side"]["patched"]["tokens_per_forward"] == pytest.approx(128 / 25)
+    assert row["speedup"]["patched"] == pytest.approx((1.6, 1.6, 1.6))
+    table, _ = summary.summarize(sampling_results(short=True), run, ["sampling-t0.7"])
+    assert not table["sampling-t0.7"]["lengths_ok"]
+
+
+def test_the_report_gives_sampling_a_section_of_its_own():
+    results, run, meta, info = fake_run()
+    results += sampling_results()
+    meta["cases"] = meta["cases"] + ["sampling-t0.7"]
+    table, growth = summary.summarize(results, run, meta["cases"])
+    text = report.report(meta, info, run, table, growth, [], results)
+    results_part, sampling_part = text.split("## Sampling")
+    assert "| sampling-t0.7 |" not in results_part
+    assert "| sampling-t0.7 | 0.7 | 8000.00 | 10000.00 (0.80x) | 9000.00 (0.89x) | 5000.00 (1.60x) |" in sampling_part
+    assert "speculative sampling (patched) is faster than plain sampling: 1.60 (1.60-1.60) times" in sampling_part
+    assert "| sampling-t0.7 | distilled on the target's distributions | 1.00 | 1.28 (75%) |" in sampling_part
+    assert "stock 4.31.0 (the 4.31 rule)" in sampling_part and "patched (speculative sampling)" in sampling_part
+    lines = report.sampling_text(table, run)
+    assert lines[-1].startswith("sampling-t0.7") and "plain/patched 1.60" in lines[-1] and "lengths ok" in lines[-1]
+
+
+def test_the_sampling_draft_has_its_own_key_and_learns_the_targets_distributions():
+    import torch
+
+    assert train.sampling_key() != train.key()
+    assert train.SAMPLING_SETTINGS["draft"] == train.SETTINGS["draft"]
+    assert train.sampling_dir().parent == train.model_dir().parent
+    torch.manual_seed(0)
+    target = train.gpt2({"n_layer": 1, "n_embd": 16, "n_head": 2}).eval()
+    other = train.gpt2({"n_layer": 1, "n_embd": 16, "n_head": 2})
+    input_ids = torch.randint(0, 256, (2, 8))
+    objective = train.distribution_loss(target, 1.0)
+    assert objective(target, input_ids).item() == pytest.approx(0.0, abs=1e-6)
+    assert objective(other, input_ids).item() > 0
