@@ -59,14 +59,15 @@ $(VENV)/.requirements: requirements.txt requirements-upstream-tests.txt
 .PHONY: venv
 venv: $(VENV)/.requirements ## create or refresh .venv from the pinned requirements
 
-# The libraries of 4.31.0's era that tests/integration uses (peft, accelerate): installed after the fork with
-# --no-deps, so that they cannot pull another transformers; their own dependencies are pinned in the same file.
+# The libraries of 4.31.0's era that tests/integration uses (peft, accelerate, optimum, deepspeed): installed after the
+# fork with --no-deps, so that they cannot pull another transformers; their own dependencies are pinned in the same
+# file. DS_BUILD_OPS=0: deepspeed compiles no op at install time.
 $(VENV)/.requirements-integration: requirements-integration.txt $(VENV)/.requirements
-	$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-integration.txt
+	DS_BUILD_OPS=0 $(VPY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-integration.txt
 	touch $@
 
 $(STOCK_VENV)/.requirements-integration: requirements-integration.txt $(STOCK_VENV)/.requirements
-	$(STOCK_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-integration.txt
+	DS_BUILD_OPS=0 $(STOCK_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-integration.txt
 	touch $@
 
 .PHONY: install
