@@ -239,6 +239,7 @@ def main(argv=None, description=None):
         "quick": args.quick,
         "batch_only": args.batch_only,
         "batch": bench.batch_meta,
+        "asr": bench.asr_meta,
         "sides": [side.name for side in sides],
         "side_specs": {side.name: side.to_json() for side in sides},
         "cases": bench.cases,

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .sides import GREEDY_SIDES, PATCHED, case_sides, reference_sides
-from .workloads import BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name, sampling_seed
+from .workloads import ASR_BATCH_SIZE, BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name, sampling_seed
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "scripts" / "bench_worker.py"
@@ -32,6 +32,7 @@ FULL = {
     "budget_s": 12 * 60,  # no optional repetition starts after this
     "batch_reps": 5,
     "batch_tokens": 128,
+    "asr_reps": 3,
 }
 QUICK = {
     "headline_reps": (5, 7),
@@ -43,6 +44,7 @@ QUICK = {
     "budget_s": 100,
     "batch_reps": 2,
     "batch_tokens": 64,
+    "asr_reps": 2,
 }
 
 
@@ -125,8 +127,11 @@ class Bench:
         self.cases = [] if args.batch_only else (args.cases.split(",") if args.cases else list(CASES))
         # The sides of each case, in table order (the constant draft lengths run the cases whose drafts pay).
         self.constant_cases = getattr(args, "constant_cases", None)
-        self.case_sides = {case: case_sides(CASES[case], sides, self.constant_cases) for case in self.cases}
-        self.reference_sides = {case: reference_sides(CASES[case], sides) for case in self.cases}
+        # The cases of the paired repetitions (generate calls); `asr-batch` is measured apart (`asr_table`).
+        self.generate_cases = [case for case in self.cases if CASES[case].kind == "generate"]
+        self.case_sides = {case: case_sides(CASES[case], sides, self.constant_cases) for case in self.generate_cases}
+        self.reference_sides = {case: reference_sides(CASES[case], sides) for case in self.generate_cases}
+        self.asr_meta = None
         self.batch_sizes = batch_sizes
         self.results = []  # every measurement, in the order made
         self.start = time.perf_counter()
@@ -199,7 +204,7 @@ class Bench:
     def workloads_of(self, side):
         """The pairs a side builds: those of its cases, and the greedy references it runs."""
         pairs = set()
-        for case in self.cases:
+        for case in self.generate_cases:
             if side in self.case_sides[case]:
                 pairs.add(CASES[case].pair)
             if side in self.reference_sides[case]:
@@ -239,20 +244,22 @@ class Bench:
     def warm_up(self):
         self.load()
         print(f"[{self.elapsed():6.0f}s] models built; warming up", flush=True)
-        if any(CASES[case].pair == "trained" for case in self.cases) and PATCHED in self.workers:
+        if any(CASES[case].pair == "trained" for case in self.generate_cases) and PATCHED in self.workers:
             self.forward_costs = self.workers[PATCHED].ask({"op": "costs", "workload": "trained"})["forward_costs"]
         warm = self.plan["warmup_tokens"]
         for side in self.sides:
             # Every method the side runs, on every pair, greedy or sampling as its cases do.
             references = {
                 (self.greedy_key(case)[0], CASES[case].reference_method, CASES[case].temperature)
-                for case in self.cases
+                for case in self.generate_cases
                 if side in self.reference_sides[case]
             }
             for target, method, temperature in sorted(references, key=str):
                 self.measure(side, target, method, warm, "warmup", temperature=temperature)
             assisted = {
-                (CASES[case].pair, CASES[case].temperature) for case in self.cases if side in self.case_sides[case]
+                (CASES[case].pair, CASES[case].temperature)
+                for case in self.generate_cases
+                if side in self.case_sides[case]
             }
             for workload, temperature in sorted(assisted, key=str):
                 self.measure(side, workload, "assisted", warm, "warmup", temperature=temperature)
@@ -303,7 +310,7 @@ class Bench:
 
     def count_operations(self):
         """One counted call per side and case: the torch operations run outside the model forwards (not timed)."""
-        for case in self.cases:
+        for case in self.generate_cases:
             if not CASES[case].count_ops:
                 continue
             key = self.greedy_key(case)
@@ -324,7 +331,7 @@ class Bench:
         plan = self.plan
         self.warm_up()
         self.count_operations()
-        groups = {group: [case for case in self.cases if CASES[case].group == group] for group in GROUPS}
+        groups = {group: [case for case in self.generate_cases if CASES[case].group == group] for group in GROUPS}
         reps = {group: 0 for group in groups}
         minimum = {group: plan[f"{group}_reps"][0] for group in groups}
         maximum = {group: plan[f"{group}_reps"][1] for group in groups}
@@ -347,6 +354,8 @@ class Bench:
                 break
         if HEADLINE in self.cases:
             self.batch_table()
+        if any(CASES[case].kind == "asr" for case in self.cases):
+            self.asr_table()
 
     def batch_measure(self, side, name, size, tokens, phase, rep=None):
         method, separate = BATCH_METHODS[name]
@@ -399,6 +408,51 @@ class Bench:
                     self.batch_measure(PATCHED, name, size, plan["batch_tokens"], "batch", rep=rep)
                 self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
         self.batch_meta.update(load_end=load_average(), seconds=self.elapsed() - started)
+
+    def asr_measure(self, side, method, tokens, phase, rep=None):
+        answer = self.workers[side].ask(
+            {"op": "asr", "method": method, "max_new_tokens": tokens, "batch_size": ASR_BATCH_SIZE}
+        )
+        answer.update(side=side, phase=phase, rep=rep, case=f"asr:{method}", max_new_tokens=tokens)
+        self.results.append(answer)
+        where = f"[{self.elapsed():6.0f}s] {phase:<10} asr {method:<8} {side:<12} {tokens:5d} tok  "
+        if "failed" in answer:
+            print(f"{where}{answer['failed'][:100]}", flush=True)
+        elif phase != "asr-warmup":
+            print(
+                f"{where}{answer['per_row'] * 1e3:8.1f} ms/row  target forwards {answer['target_calls']}", flush=True
+            )
+        return answer
+
+    def asr_table(self):
+        """Batched speech recognition through the pipeline (`asr-batch`): on the patched fork, batched assisted
+        against batched greedy transcription, the order alternating; skipped when the patched side's pipeline raises
+        with the assistant. The other versions are asked once each (one side per environment) what they do."""
+        case = next(case for case in self.cases if CASES[case].kind == "asr")
+        plan = self.plan
+        tokens = self.tokens(case)
+        started = self.elapsed()
+        self.asr_meta = {"case": case, "tokens": tokens, "batch_size": ASR_BATCH_SIZE, "reps": plan["asr_reps"]}
+        print(f"[{self.elapsed():6.0f}s] batched speech recognition, batch_size {ASR_BATCH_SIZE}", flush=True)
+        asked = set()
+        for side in self.main_sides:
+            if self.environments[side] not in asked and self.environments[side] != PATCHED:
+                asked.add(self.environments[side])
+                self.asr_measure(side, "assisted", plan["warmup_tokens"], "asr-probe")
+        if PATCHED not in self.workers:
+            self.asr_meta["skipped"] = "the patched side is not part of this run"
+            return
+        for method in ("greedy", "assisted"):
+            answer = self.asr_measure(PATCHED, method, plan["warmup_tokens"], "asr-warmup")
+            if "failed" in answer:
+                # Not there yet: the rest of the run does not depend on it.
+                self.asr_meta["skipped"] = f"{method}: {answer['failed']}"
+                print(f"[{self.elapsed():6.0f}s] asr-batch skipped: the patched side's pipeline {answer['failed']}")
+                return
+        for rep in range(plan["asr_reps"]):
+            for method in ("greedy", "assisted") if rep % 2 == 0 else ("assisted", "greedy"):
+                self.asr_measure(PATCHED, method, tokens, "asr", rep=rep)
+        self.asr_meta["seconds"] = self.elapsed() - started
 
     def run_batch_only(self):
         self.load(["trained"])

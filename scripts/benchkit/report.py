@@ -10,8 +10,8 @@ from . import peers as peer_envs
 from .counting import operation_counts
 from .plots import plots
 from .sides import PATCHED, STOCK
-from .summary import summarize, summarize_batch, worst_best_constant, worst_poor_draft
-from .workloads import CASES, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
+from .summary import summarize, summarize_asr, summarize_batch, worst_best_constant, worst_poor_draft
+from .workloads import ASR_SECONDS, CASES, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
 
 REPO = Path(__file__).resolve().parents[2]
 # The generated section of benchmarks.md that a `--batch-only` run replaces.
@@ -466,6 +466,7 @@ def report(meta, info, sides, table, growth, files, results):
     if section:
         lines.extend(section)
         add("")
+    lines.extend(asr_section(meta, sides, results))
     add("## Plots")
     add("")
     for name in files:
@@ -919,6 +920,98 @@ def batch_section(meta, info, sides, results):
     return lines
 
 
+def probe_text(answer):
+    """What a version did with a batch and the assistant, in words."""
+    if "failed" in answer:
+        kind, _, message = answer["failed"].partition(": ")
+        return f"**{kind}** (`{message}`)"
+    work = (
+        f"{answer['target_calls']} target forwards and {answer['assistant_calls']} assistant forwards for "
+        f"{answer['max_new_tokens']} new tokens per row"
+    )
+    if not answer["assistant_calls"]:
+        return f"**ran it without the assistant** ({work})"
+    return f"**ran it** ({work})"
+
+
+def asr_section(meta, sides, results):
+    """The batched speech recognition section (`asr-batch`), or the reason it was skipped; empty if not run."""
+    asr = meta.get("asr")
+    if not asr:
+        return []
+    row, probes = summarize_asr(results)
+    labels = {side.name: side.label for side in sides}
+    lines = ["## Batched speech recognition", ""]
+    add = lines.append
+    add(
+        f"`{asr['case']}`: {CASES[asr['case']].description}. The pipeline "
+        '(`pipeline("automatic-speech-recognition", model=target, tokenizer=..., feature_extractor=...)`) '
+        f"transcribes {len(ASR_SECONDS)} synthetic recordings "
+        f"({', '.join(f'{seconds:g}' for seconds in ASR_SECONDS)} s of a tone and noise, seeded) {asr['batch_size']} "
+        f"at a time, {asr['tokens']} new tokens per row (no EOS), with `generate_kwargs={{\"assistant_model\": "
+        "assistant}` and without: the random target and assistant are built from configs (seeded), the "
+        "tokenizer is a `WhisperTokenizer` over the 256 bytes and Whisper's special tokens, written here to a "
+        "temporary directory, the feature extractor `WhisperFeatureExtractor()`; nothing is downloaded. The time per "
+        "row is the pipeline call's (feature extraction, the encoders and decoding) over its rows."
+    )
+    add("")
+    if asr.get("skipped") or row is None:
+        add(
+            "**Skipped in this run**: on the patched fork the pipeline raised "
+            f"({asr.get('skipped', 'no measurement')}). The case is ready for the pipeline's batched assisted "
+            "generation; nothing else in this run depends on it."
+        )
+    else:
+        greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
+        add(
+            f"Patched fork, medians over {row['reps']} repetitions (the order of the two alternating; speedup paired "
+            "per repetition, min-max in brackets):"
+        )
+        add("")
+        add(
+            "| batch size | tokens | batched greedy ms/row | **batched assisted ms/row** | speedup | target forwards "
+            "(greedy / assisted) | assistant forwards | same texts |"
+        )
+        add("|---|---|---|---|---|---|---|---|")
+        add(
+            f"| {row['batch_size']} | {row['tokens']} | {ms(greedy['per_row'], 1)} | **{ms(assisted['per_row'], 1)}** "
+            f"| {ratio_text(row['speedup'], 2)}x | {greedy['target_calls']} / {assisted['target_calls']} "
+            f"| {assisted['assistant_calls']} | {'yes' if row['same_texts'] else '**no**'} |"
+        )
+    add("")
+    if probes:
+        add(
+            "The other versions, asked once each for the same batch with the assistant: "
+            + "; ".join(f"{labels.get(side, side)}: {probe_text(answer)}" for side, answer in probes.items())
+            + "."
+        )
+        add("")
+    return lines
+
+
+def asr_text(meta, results):
+    """The asr-batch case as the driver prints it."""
+    asr = meta.get("asr")
+    if not asr:
+        return []
+    row, probes = summarize_asr(results)
+    asked = "; ".join(
+        f"{side}: "
+        + (answer["failed"][:70] if "failed" in answer else f"ran it, {answer['assistant_calls']} assistant forwards")
+        for side, answer in probes.items()
+    )
+    if asr.get("skipped") or row is None:
+        lines = [f"asr-batch: skipped (patched: {asr.get('skipped', 'no measurement')[:100]})"]
+    else:
+        greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
+        lines = [
+            f"asr-batch (batch_size {row['batch_size']}, {row['tokens']} tokens): greedy {ms(greedy['per_row'], 1)} "
+            f"ms/row, assisted {ms(assisted['per_row'], 1)} ms/row, speedup {ratio_text(row['speedup'], 2)}, "
+            f"same texts {'yes' if row['same_texts'] else 'NO'}"
+        ]
+    return [""] + lines + ([f"asr-batch, other versions: {asked}"] if asked else [])
+
+
 def splice_batch(path, lines):
     """Replaces the Batches section of an existing benchmarks.md (or adds it before the plots), nothing else."""
     block = "\n".join(lines)
@@ -1106,6 +1199,8 @@ def publish(docs_dir, info, sides, results, meta, json_path):
                 f"patched/best constant {ratio_text(row['constant_ratio'])}"
             )
     print_batch(meta, results)
+    for line in asr_text(meta, results):
+        print(line)
     print(f"wrote {relative(docs_dir / 'benchmarks.md')}, {relative(json_path)}; {meta['wall']:.0f} s in all")
     speedup = speedup_line(table)
     if speedup:

@@ -224,3 +224,33 @@ def summarize_batch(results, sizes):
         row["stable"] = stable
         table[size] = row
     return table, probes
+
+
+def summarize_asr(results):
+    """(row, probes) of the asr-batch case: row (None without both methods' runs) holds each method's median time
+    per row, its target forwards and texts, the speedup of batched assisted over batched greedy transcription paired
+    per repetition, and whether every repetition's texts are the same; probes: {side: answer} of the versions asked
+    once what they do with a batch and the assistant."""
+    probes = {r["side"]: r for r in results if r.get("phase") == "asr-probe"}
+    runs = {"greedy": {}, "assisted": {}}
+    for result in results:
+        if result.get("phase") == "asr" and "failed" not in result:
+            runs[result["method"]][result["rep"]] = result
+    if not all(runs.values()):
+        return None, probes
+    row = {"method": {}}
+    for method, measured in runs.items():
+        sample = next(iter(measured.values()))
+        row["method"][method] = {
+            "per_row": median([m["per_row"] for m in measured.values()]),
+            "target_calls": sample["target_calls"],
+            "assistant_calls": sample["assistant_calls"],
+            "texts": sample["texts"],
+        }
+    paired = [rep for rep in runs["assisted"] if rep in runs["greedy"]]
+    row["speedup"] = summary_of([runs["greedy"][rep]["per_row"] / runs["assisted"][rep]["per_row"] for rep in paired])
+    row["same_texts"] = all(runs["assisted"][rep]["texts"] == runs["greedy"][rep]["texts"] for rep in paired)
+    row["reps"] = len(paired)
+    sample = next(iter(runs["greedy"].values()))
+    row["rows"], row["batch_size"], row["tokens"] = sample["rows"], sample["batch_size"], sample["max_new_tokens"]
+    return row, probes

@@ -14,6 +14,8 @@ stdout (everything the libraries print goes to stderr). Commands:
      "temperature": T, "seed": S}   (with a temperature, assisted decoding samples too; seeded before the call)
         (with "count_ops": true, the answer also counts the tensor operations run outside the model forwards:
         "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
+    {"op": "asr", "method": "greedy" | "assisted", "max_new_tokens": N, "batch_size": B}
+        (the speech recognition pipeline on the whisper workload's recordings, B at a time: time per row, texts)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
      "prompts": [[TOKEN, ...], ...], "separate": BOOL}
         (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
@@ -163,6 +165,7 @@ class Worker:
         self.loaded = {}  # name -> (target, assistant, prompt, weights checksum)
         self.saved_draft = {}  # id(assistant) -> its generation_config's draft fields as built
         self.trained = None
+        self.asr_pipeline = None
 
     def info(self):
         import transformers
@@ -475,6 +478,60 @@ class Worker:
             "weights_sha": measured[0]["weights_sha"],
         }
 
+    def asr(self, method, max_new_tokens, batch_size):
+        """One timed call of the speech recognition pipeline on the whisper workload's recordings, `batch_size` at a
+        time, greedy or with the assistant: the time per row and every row's text, or the failure (building the
+        pipeline included: a version may not take these parts)."""
+        from transformers import pipeline
+
+        try:
+            target, assistant, _, weights = self.workload("whisper")
+            parts = self.builder.cache["whisper-parts"]
+            if self.asr_pipeline is None:
+                self.asr_pipeline = pipeline(
+                    "automatic-speech-recognition",
+                    model=target,
+                    tokenizer=parts["tokenizer"],
+                    feature_extractor=parts["feature_extractor"],
+                    device=self.device,
+                )
+        except Exception as error:
+            return {"method": method, "failed": f"fails: {type(error).__name__}: {error}"}
+        generate_kwargs = {"max_new_tokens": max_new_tokens}
+        if method == "assisted":
+            try:
+                set_draft_length(assistant, self.settings.draft, self.saved_draft.get(id(assistant), {}))
+            except ValueError as error:
+                return {"method": method, "failed": f"refuses: ValueError: {error}"}
+            generate_kwargs["assistant_model"] = assistant
+        audio = parts["audio"]
+        clock = self.clock
+        clock.reset()
+        with torch.no_grad():
+            clock.sync()
+            start = clock.now()
+            try:
+                outputs = self.asr_pipeline(list(audio), batch_size=batch_size, generate_kwargs=generate_kwargs)
+            except Exception as error:
+                clock.depth = 0
+                kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
+                return {"method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
+            clock.sync()
+            elapsed = clock.now() - start
+        return {
+            "method": method,
+            "rows": len(audio),
+            "batch_size": batch_size,
+            "max_new_tokens": max_new_tokens,
+            "time": elapsed,
+            "per_row": elapsed / len(audio),
+            "forward_time": clock.forward_time,
+            "target_calls": clock.calls_by_module.get(id(target), 0),
+            "assistant_calls": clock.calls_by_module.get(id(assistant), 0),
+            "texts": [output["text"] for output in outputs],
+            "weights_sha": weights,
+        }
+
     def answer(self, command):
         """The answer to one command of the driver (see the module's docstring)."""
         op = command["op"]
@@ -495,6 +552,8 @@ class Worker:
             return self.adopt_weights(command["workload"], command["path"])
         if op == "costs":
             return self.forward_costs(command["workload"])
+        if op == "asr":
+            return self.asr(command["method"], command["max_new_tokens"], command["batch_size"])
         if op == "batch":
             return self.batch(
                 command["workload"],

@@ -187,6 +187,118 @@ def _trained_sampling(b):
     return target, b.pretrained(os.path.join(b.trained["sampling_dir"], "draft")), _trained_prompt(b)
 
 
+# The batched speech recognition workload (`asr-batch`): a random Whisper pair built from configs, a tokenizer built
+# here from a byte-level vocabulary (nothing downloaded), the default feature extractor, synthetic audio.
+ASR_BATCH_SIZE = 4
+ASR_SECONDS = [2.0, 3.0, 2.5, 3.5]  # row r: ASR_SECONDS[r % 4] seconds of a sine at 220 + 110 r Hz plus noise
+ASR_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|startoftranscript|>",
+    "<|en|>",
+    "<|transcribe|>",
+    "<|translate|>",
+    "<|notimestamps|>",
+]
+# Narrow, with one encoder layer: the encoder runs on 30 s of features (1500 positions) whatever the recording's
+# length, once per batch and model, and would otherwise outweigh the decoding that assisted generation speeds up.
+ASR_TARGET = {"d_model": 128, "encoder_layers": 1, "decoder_layers": 4}
+ASR_ASSISTANT = {"d_model": 128, "encoder_layers": 1, "decoder_layers": 1}
+
+
+def _byte_unicode():
+    """GPT-2's byte-to-character table (the byte-level BPE vocabularies' alphabet), rebuilt here."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def asr_tokenizer():
+    """A WhisperTokenizer over the 256 bytes and Whisper's special tokens, from files written to a temporary
+    directory (no merges: one token per byte)."""
+    import json
+    import tempfile
+
+    from transformers import WhisperTokenizer
+
+    vocab = {char: byte for byte, char in _byte_unicode().items()}
+    vocab.update({token: 256 + index for index, token in enumerate(ASR_SPECIAL_TOKENS)})
+    with tempfile.TemporaryDirectory() as directory:
+        vocab_file = os.path.join(directory, "vocab.json")
+        merges_file = os.path.join(directory, "merges.txt")
+        with open(vocab_file, "w", encoding="utf-8") as handle:
+            json.dump(vocab, handle)
+        with open(merges_file, "w", encoding="utf-8") as handle:
+            handle.write("#version: 0.2\n")
+        return WhisperTokenizer(
+            vocab_file, merges_file, additional_special_tokens=ASR_SPECIAL_TOKENS[1:], pad_token="<|endoftext|>"
+        )
+
+
+def asr_audio(rows):
+    """`rows` seconds-long synthetic recordings at 16 kHz (float32 numpy arrays), seeded."""
+    import numpy
+
+    generator = numpy.random.default_rng(8)
+    audio = []
+    for row in range(rows):
+        time = numpy.arange(int(ASR_SECONDS[row % len(ASR_SECONDS)] * 16000)) / 16000
+        tone = 0.5 * numpy.sin(2 * numpy.pi * (220 + 110 * row) * time)
+        audio.append((tone + 0.05 * generator.standard_normal(time.shape)).astype(numpy.float32))
+    return audio
+
+
+@pair("whisper")
+def _whisper(b):
+    # A Whisper target (1+4 layers, 128 wide) and a 1+1-layer assistant of the same width and vocabulary; the
+    # assistant shares the target's token embeddings (tied to the output layer), so that it agrees with it on part of
+    # the tokens. The pipeline's parts go to b.cache["whisper-parts"].
+    import torch
+    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    tokenizer = asr_tokenizer()
+    special = {token: 256 + index for index, token in enumerate(ASR_SPECIAL_TOKENS)}
+
+    def config(shape):
+        return WhisperConfig(
+            vocab_size=256 + len(ASR_SPECIAL_TOKENS),
+            num_mel_bins=80,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=4 * shape["d_model"],
+            decoder_ffn_dim=4 * shape["d_model"],
+            max_source_positions=1500,
+            max_target_positions=448,
+            pad_token_id=special["<|endoftext|>"],
+            bos_token_id=special["<|endoftext|>"],
+            eos_token_id=special["<|endoftext|>"],
+            decoder_start_token_id=special["<|startoftranscript|>"],
+            begin_suppress_tokens=None,
+            suppress_tokens=None,
+            **shape,
+        )
+
+    torch.manual_seed(10)
+    target = b.model(WhisperForConditionalGeneration, config(ASR_TARGET))
+    torch.manual_seed(11)
+    assistant = b.model(WhisperForConditionalGeneration, config(ASR_ASSISTANT))
+    with torch.no_grad():
+        assistant.get_decoder().embed_tokens.weight.copy_(target.get_decoder().embed_tokens.weight)
+    for model in (target, assistant):
+        model.generation_config.forced_decoder_ids = None
+    feature_extractor = WhisperFeatureExtractor()
+    audio = asr_audio(ASR_BATCH_SIZE)
+    b.cache["whisper-parts"] = {"tokenizer": tokenizer, "feature_extractor": feature_extractor, "audio": audio}
+    features = feature_extractor(audio[:1], sampling_rate=16000, return_tensors="pt").input_features
+    return target, assistant, {"input_features": features.to(device=b.device, dtype=b.dtype)}
+
+
 TRAINED_PAIRS = ("trained", "trained-sampling")  # what needs `scripts/bench_train.py` (the second: --sampling)
 TRAINED_PAIR = (
     "trained byte-level GPT-2 ({0[n_layer]}x{0[n_embd]}) + distilled draft ({1[n_layer]}x{1[n_embd]})".format(
@@ -203,7 +315,8 @@ class Case:
     against greedy search; `best_constant`: a draft that pays, where the patched fork also runs with constant draft
     lengths (`--constant-draft`, sides patched-kN) to find the best one in hindsight; `temperature`: a sampling case
     (top_k 0: the whole distribution), seeded per repetition, whose reference is plain sampling on the patched fork;
-    `peers`: the only upstream sides that run it (None: all of them)."""
+    `peers`: the only upstream sides that run it (None: all of them); `kind` "asr": batched speech recognition
+    through the pipeline, measured apart from the repetitions of the generate cases."""
 
     name: str
     pair: str
@@ -216,6 +329,7 @@ class Case:
     best_constant: bool = False
     temperature: float | None = None
     peers: tuple | None = None
+    kind: str = "generate"  # "asr": a pipeline workload of its own (`benchkit.measure.Bench.asr_table`)
 
     @property
     def sampling(self):
@@ -290,6 +404,16 @@ CASES["sampling-t0.7-greedy-draft"] = Case(
     "cheap",
     temperature=0.7,
     peers=SAMPLING_PEERS,
+)
+CASES["asr-batch"] = Case(
+    "asr-batch",
+    "whisper",
+    128,
+    32,
+    f"random Whisper (1+4 layers, 128 wide) + 1+1-layer assistant through the speech recognition pipeline, batch_size "
+    f"{ASR_BATCH_SIZE}: batched assisted against batched greedy transcription",
+    "asr",
+    kind="asr",
 )
 HEADLINE = "trained"
 # Groups in the order their first repetitions run: the headline cases are the cheapest and get the most repetitions

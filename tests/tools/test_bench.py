@@ -82,7 +82,7 @@ def test_the_entry_scripts_stay_thin_and_importable():
 def test_every_case_names_a_pair_and_the_poor_drafts_are_the_four():
     assert workloads.HEADLINE in workloads.CASES
     for case in workloads.CASES.values():
-        assert case.pair in workloads.PAIRS and case.group in workloads.GROUPS
+        assert case.pair in workloads.PAIRS and (case.group in workloads.GROUPS or case.kind == "asr")
         assert workloads.PAIRS[case.pair].greedy in workloads.PAIRS
     assert {name for name, case in workloads.CASES.items() if case.poor_draft} == {
         "draft",
@@ -557,3 +557,67 @@ def test_the_sampling_draft_has_its_own_key_and_learns_the_targets_distributions
     objective = train.distribution_loss(target, 1.0)
     assert objective(target, input_ids).item() == pytest.approx(0.0, abs=1e-6)
     assert objective(other, input_ids).item() > 0
+
+
+# ---- batched speech recognition
+
+
+def test_the_asr_case_is_measured_apart_with_a_tokenizer_built_here():
+    case = workloads.CASES["asr-batch"]
+    assert case.kind == "asr" and case.pair == "whisper" and case.group not in workloads.GROUPS
+    assert all(c.kind == "generate" for name, c in workloads.CASES.items() if name != "asr-batch")
+    tokenizer = workloads.asr_tokenizer()
+    assert len(tokenizer) == 256 + len(workloads.ASR_SPECIAL_TOKENS)
+    assert tokenizer.convert_tokens_to_ids("<|notimestamps|>") == len(tokenizer) - 1
+    ids = tokenizer("def f(x): return 'é'", add_special_tokens=False).input_ids
+    assert max(ids) < 256 and tokenizer.decode(ids) == "def f(x): return 'é'"
+    audio = workloads.asr_audio(4)
+    assert [len(row) for row in audio] == [int(s * 16000) for s in workloads.ASR_SECONDS]
+    assert (audio[0] == workloads.asr_audio(1)[0]).all()
+
+
+def test_the_asr_worker_transcribes_a_batch_or_reports_what_the_pipeline_raised():
+    worker = make_worker()
+    greedy = worker.asr("greedy", 2, workloads.ASR_BATCH_SIZE)
+    assert "failed" not in greedy, greedy
+    assert len(greedy["texts"]) == workloads.ASR_BATCH_SIZE and greedy["target_calls"] == 2
+    assisted = worker.asr("assisted", 2, workloads.ASR_BATCH_SIZE)
+    if "failed" not in assisted:  # the fork's pipeline takes the assistant with a batch
+        assert assisted["texts"] == greedy["texts"]
+    else:
+        assert assisted["failed"].split(":")[0] in ("refuses", "fails")
+
+
+def asr_results(skipped=False):
+    results = [
+        {"phase": "asr-probe", "side": "stock", "method": "assisted", "failed": "refuses: ValueError: batch_size = 1"},
+        {"phase": "asr-probe", "side": "5.23.0", "method": "assisted", "target_calls": 4, "assistant_calls": 0}
+        | {"max_new_tokens": 4, "texts": ["a"] * 4},
+    ]
+    if skipped:
+        return results
+    for rep in range(2):
+        for method, per_row, calls in (("greedy", 1.0, 32), ("assisted", 0.5, 12)):
+            results.append(
+                {"phase": "asr", "side": "patched", "method": method, "rep": rep, "per_row": per_row}
+                | {"target_calls": calls, "assistant_calls": 40 if method == "assisted" else 0, "texts": ["t"] * 4}
+                | {"rows": 4, "batch_size": 4, "max_new_tokens": 32}
+            )
+    return results
+
+
+def test_the_asr_section_reports_the_timings_or_why_it_was_skipped_and_what_the_others_did():
+    row, probes = summary.summarize_asr(asr_results())
+    assert row["speedup"] == (2.0, 2.0, 2.0) and row["same_texts"] and row["reps"] == 2
+    assert set(probes) == {"stock", "5.23.0"}
+    run = sides.run_sides(["5.23.0"])
+    meta = {"asr": {"case": "asr-batch", "tokens": 32, "batch_size": 4, "reps": 2}}
+    text = "\n".join(report.asr_section(meta, run, asr_results()))
+    assert "| 4 | 32 | 1000.0 | **500.0** | 2.00 (2.00-2.00)x | 32 / 12 | 40 | yes |" in text
+    assert "stock 4.31.0: **refuses** (`ValueError: batch_size = 1`)" in text
+    assert "upstream 5.23.0: **ran it without the assistant** (4 target forwards and 0 assistant forwards" in text
+    meta["asr"]["skipped"] = "assisted: fails: RuntimeError: dtypes"
+    text = "\n".join(report.asr_section(meta, run, asr_results(skipped=True)))
+    assert "**Skipped in this run**: on the patched fork the pipeline raised (assisted: fails: RuntimeError" in text
+    assert report.asr_text(meta, asr_results(skipped=True))[1].startswith("asr-batch: skipped (patched: assisted")
+    assert report.asr_section({"asr": None}, run, []) == []
