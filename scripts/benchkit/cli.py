@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import peers as peer_envs
 from . import train
+from .estimate import estimate_lines
 from .measure import Bench, load_average
 from .report import command_line, publish, publish_batch
 from .settings import DraftLength
@@ -94,6 +95,13 @@ def parse_args(argv=None, description=None):
     parser.add_argument("--json", type=Path, help="also write every measurement here (default: build/bench/)")
     parser.add_argument(
         "--report-from", type=Path, metavar="JSON", help="measure nothing: rebuild the report of an earlier run"
+    )
+    parser.add_argument(
+        "--estimate-from",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: how long a full run would take, from a QUICK run's measurements (a QUICK run prints "
+        "it too)",
     )
     return parser.parse_args(argv)
 
@@ -212,6 +220,11 @@ def prepare(args):
 
 def main(argv=None, description=None):
     args = parse_args(argv, description)
+    if args.estimate_from:
+        saved = json.loads(args.estimate_from.read_text())
+        lines = estimate_lines(saved["results"], saved["meta"])
+        print("\n".join(lines) if lines else "bench: not a QUICK run: nothing to estimate")
+        return
     if args.report_from:
         saved = json.loads(args.report_from.read_text())
         sides = from_meta(saved["meta"])
@@ -240,6 +253,7 @@ def main(argv=None, description=None):
         "batch_only": args.batch_only,
         "batch": bench.batch_meta,
         "asr": bench.asr_meta,
+        "plan": dict(bench.plan, budget_s=bench.budget),
         "sides": [side.name for side in sides],
         "side_specs": {side.name: side.to_json() for side in sides},
         "cases": bench.cases,

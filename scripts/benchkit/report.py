@@ -8,10 +8,11 @@ from pathlib import Path
 
 from . import peers as peer_envs
 from .counting import operation_counts
+from .estimate import estimate_lines
 from .plots import plots
 from .sides import PATCHED, STOCK
 from .summary import summarize, summarize_asr, summarize_batch, worst_best_constant, worst_poor_draft
-from .workloads import ASR_SECONDS, CASES, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
+from .workloads import ASR_SECONDS, CASES, GROUPS, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
 
 REPO = Path(__file__).resolve().parents[2]
 # The generated section of benchmarks.md that a `--batch-only` run replaces.
@@ -306,11 +307,13 @@ def report(meta, info, sides, table, growth, files, results):
     add(
         "- Every side runs in its own worker process with its own interpreter and environment, one torch thread "
         "(and one OpenMP/BLAS thread), one worker at a time. After a warm-up run of every method on every side, "
-        "each repetition runs greedy (stock and patched) and assisted decoding (every side) on every case, the "
-        "order of the sides rotating and flipping from one repetition to the next. Ratios are computed per "
+        "each repetition runs greedy (stock and patched) and assisted decoding on every case (every side, but the "
+        "constant draft lengths only on the cases whose drafts pay, and the sampling cases as their section says), "
+        "the order of the sides rotating and flipping from one repetition to the next. Ratios are computed per "
         "repetition, from runs made next to each other, then the median and min-max over the repetitions are "
         "reported."
     )
+    add(f"- {repetitions_text({**table, **sampling}, meta)}")
     add(
         "- Draft length: each side runs its own rule (part of what is compared), in the same state before every "
         f"call: {grouped(sides, lambda side: draft_text(side, info))}."
@@ -482,6 +485,29 @@ def report(meta, info, sides, table, growth, files, results):
     return "\n".join(lines)
 
 
+def repetitions_text(rows, meta):
+    """How many paired repetitions each case got, and the plan they came from, in words."""
+    by_count = {}
+    for case, row in rows.items():
+        by_count.setdefault(row["reps"], []).append(f"`{case}`")
+    counts = "; ".join(f"{count}: {listing(cases)}" for count, cases in sorted(by_count.items(), reverse=True))
+    text = f"Repetitions per case (paired): {counts}."
+    plan = meta.get("plan")
+    if plan:
+        groups = {CASES[case].group for case in rows if case in CASES}
+        planned = ", ".join(
+            f"{group} cases {plan[f'{group}_reps'][0]} to {plan[f'{group}_reps'][1]}"
+            for group in GROUPS
+            if group in groups and f"{group}_reps" in plan
+        )
+        text += (
+            f" Planned: {planned}; the minimum first, then one more repetition of each group in turn while the run "
+            f"is under {plan['budget_s'] / 60:.0f} minutes. The constant draft lengths run in every repetition of "
+            "their cases, the sampling cases' reference (plain sampling) in every repetition of theirs."
+        )
+    return text
+
+
 def sampling_draft(case):
     """Which draft a sampling case runs, in words."""
     if CASES[case].pair == "trained-sampling":
@@ -614,6 +640,11 @@ def sampling_section(rows, sides, meta):
     return lines
 
 
+def constant_length(row, constant):
+    """The number of candidates of the row's best constant draft length (None if none ran)."""
+    return next((side.settings.draft.start for side in constant if side.name == row["best_constant"]), None)
+
+
 def constant_section(table, constant):
     """The best constant draft length in hindsight: the constant sides' times per token, per case they ran."""
     rows = {case: row for case, row in table.items() if any(side.name in row["side"] for side in constant)}
@@ -643,10 +674,18 @@ def constant_section(table, constant):
             return f"**{value}**" if name == best else value
 
         cells = " | ".join(cell(row, side.name, lambda v, name=side.name: text(v, name)) for side in constant)
-        best_length = next((side.settings.draft.start for side in constant if side.name == best), None)
+        best_length = constant_length(row, constant)
         lines.append(
             f"| {case} | {row['tokens']} | {cell(row, PATCHED, lambda v: ms(v['per_token']))} | {cells} "
             f"| k={best_length} | **{ratio_text(row['constant_ratio'])}** | {row['reps']} |"
+        )
+    longest = max(lengths)
+    edge = [case for case, row in rows.items() if row["best_constant"] and constant_length(row, constant) == longest]
+    if edge:
+        lines.append("")
+        lines.append(
+            f"On {listing(f'`{case}`' for case in edge)} the best constant length is the longest tried (k={longest}): "
+            "a longer one may be faster still."
         )
     for case, row in failed.items():
         if case not in rows:
@@ -1202,6 +1241,8 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     for line in asr_text(meta, results):
         print(line)
     print(f"wrote {relative(docs_dir / 'benchmarks.md')}, {relative(json_path)}; {meta['wall']:.0f} s in all")
+    for line in estimate_lines(results, meta):
+        print(line)
     speedup = speedup_line(table)
     if speedup:
         print(speedup)

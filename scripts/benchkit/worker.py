@@ -509,6 +509,7 @@ class Worker:
         clock.reset()
         with torch.no_grad():
             clock.sync()
+            wall_start = time.perf_counter()
             start = clock.now()
             try:
                 outputs = self.asr_pipeline(list(audio), batch_size=batch_size, generate_kwargs=generate_kwargs)
@@ -518,9 +519,11 @@ class Worker:
                 return {"method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
             clock.sync()
             elapsed = clock.now() - start
+            wall = time.perf_counter() - wall_start
         return {
             "method": method,
             "rows": len(audio),
+            "wall": wall,
             "batch_size": batch_size,
             "max_new_tokens": max_new_tokens,
             "time": elapsed,

@@ -440,6 +440,9 @@ def test_the_report_keeps_its_sections_and_names_every_side():
     # the constant draft lengths have their own table, and stay out of the others
     assert "| trained | 128 | 2727.00 | 3535.00 | **2575.50** | k=2 | **1.059 (1.059-1.059)** | 3 |" in text
     assert "k=1" not in text.split("**Best constant draft length in hindsight.**")[0]
+    assert "On `trained` the best constant length is the longest tried (k=2): a longer one may be" in text
+    # how many repetitions each case got
+    assert "- Repetitions per case (paired): 3: `trained`, `draft` and `partial`." in text
 
 
 def test_the_verdict_ends_with_the_best_peer_and_the_worst_poor_draft():
@@ -621,3 +624,32 @@ def test_the_asr_section_reports_the_timings_or_why_it_was_skipped_and_what_the_
     assert "**Skipped in this run**: on the patched fork the pipeline raised (assisted: fails: RuntimeError" in text
     assert report.asr_text(meta, asr_results(skipped=True))[1].startswith("asr-batch: skipped (patched: assisted")
     assert report.asr_section({"asr": None}, run, []) == []
+
+
+# ---- the time a full run takes
+
+
+def test_a_quick_run_estimates_the_full_run_by_tokens_and_repetitions():
+    from benchkit import estimate
+    from benchkit.measure import FULL, QUICK
+
+    results = [
+        {"phase": "ab", "case": "trained", "wall": 1.0, "cpu": 0.5},
+        {"phase": "ab", "case": "greedy:draft:32", "wall": 2.0, "cpu": 2.0},  # the reference of `draft`
+        {"phase": "warmup", "wall": 1.0, "cpu": 1.0},
+        {"phase": "asr-probe", "wall": 1.0, "cpu": 1.0},
+    ]
+    meta = {"quick": True, "cases": ["trained", "draft", "asr-batch"], "wall": 10.0}
+    parts, total = estimate.full_seconds(results, meta)
+    headline = FULL["headline_reps"][0] / QUICK["headline_reps"][0]
+    costly = FULL["costly_reps"][0] / QUICK["costly_reps"][0]
+    assert parts["trained"] == pytest.approx(headline)
+    assert parts["draft"] == pytest.approx(2.0 * 128 / 32 * costly)
+    assert parts["warm-up"] == pytest.approx(FULL["warmup_tokens"] / QUICK["warmup_tokens"])
+    assert parts["start-up and the rest"] == pytest.approx(10.0 - 5.0)
+    assert total == pytest.approx(sum(parts.values()))
+    cpu_parts, _ = estimate.full_seconds(results, meta, "cpu")
+    assert cpu_parts["trained"] == pytest.approx(0.5 * headline) and "start-up and the rest" not in cpu_parts
+    lines = estimate.estimate_lines(results, meta)
+    assert lines[0].startswith(f"estimated full run: {total / 60:.1f} minutes")
+    assert estimate.estimate_lines(results, dict(meta, quick=False)) == []
