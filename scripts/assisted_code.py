@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -102,12 +103,62 @@ def changed_definitions(old: str, new: str) -> tuple[set[str], bool]:
     return changed, others(old_tree) != others(new_tree)
 
 
+def _holds_only_with_an_assistant(test: ast.expr) -> bool:
+    """Whether an `if` test holds only when `generate` was given an assistant: `is_assisted_gen_mode`, or
+    `assistant_model is not None`."""
+    if isinstance(test, ast.Name):
+        return test.id == "is_assisted_gen_mode"
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "assistant_model"
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
+
+
+def without_assistant_branches(function: ast.FunctionDef) -> ast.FunctionDef:
+    """A copy of `function` whose `if` blocks that run only with an assistant are emptied (their `else` kept)."""
+
+    class _Blank(ast.NodeTransformer):
+        def visit_If(self, node):
+            self.generic_visit(node)
+            if _holds_only_with_an_assistant(node.test):
+                node.body = [ast.Pass()]
+            return node
+
+    return _Blank().visit(copy.deepcopy(function))
+
+
+def plain_reach(source: str) -> set[str]:
+    """The functions plain generation reaches: from the plain methods, `generate`'s branches that run only with an
+    assistant left out, and `assisted_decoding` not entered."""
+    known = definitions(ast.parse(source))
+    if "generate" in known:
+        known["generate"] = without_assistant_branches(known["generate"])
+    return _reach(known, PLAIN, cut=(ASSISTED,))
+
+
 def only_changes_assisted_decoding(old: str, new: str) -> bool:
-    """Whether every change between the two versions is in code only assisted decoding runs."""
+    """Whether every change between the two versions is in code only assisted decoding runs: functions plain
+    generation does not reach, and the branches of `generate` that run only with an assistant."""
     changed, other = changed_definitions(old, new)
     if other:
         return False
-    return changed <= (assisted_only(old) | assisted_only(new))
+    reached = plain_reach(old) | plain_reach(new)
+    for name in changed:
+        if name == "generate":
+            old_generate, new_generate = definitions(ast.parse(old)), definitions(ast.parse(new))
+            if "generate" in old_generate and "generate" in new_generate:
+                blanked = [ast.dump(without_assistant_branches(d["generate"])) for d in (old_generate, new_generate)]
+                if blanked[0] == blanked[1]:
+                    continue
+            return False
+        if name in reached:
+            return False
+    return True
 
 
 def _docstring_lines(tree: ast.Module) -> set[int]:

@@ -197,3 +197,62 @@ def test_missing_patch_is_reported(patches, tmp_path):
     assert result.returncode == 1
     assert "[1/2]" not in result.stdout  # found before anything is applied
     assert "patch 2 (0002-missing.patch) is listed in series but missing" in result.stdout
+
+
+# ---- what a change to generation/utils.py can change -------------------------------------------------------------
+
+_UTILS = """
+class GenerationMixin:
+    def generate(self, assistant_model=None):
+        if assistant_model is not None:
+            check = _assistant_check(assistant_model)
+        is_assisted_gen_mode = assistant_model is not None
+        if is_assisted_gen_mode:
+            return self.assisted_decoding(assistant_model)
+        elif self.flag:
+            return self.greedy_search()
+        return _shared()
+
+    def greedy_search(self):
+        return _shared()
+
+    def assisted_decoding(self, assistant_model):
+        return _assisted_helper()
+
+
+def _assistant_check(model):
+    return 1
+
+
+def _assisted_helper():
+    return 2
+
+
+def _shared():
+    return 3
+"""
+
+
+def _assisted_code():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import assisted_code
+
+    return assisted_code
+
+
+@pytest.mark.parametrize(
+    "old, new, assisted_only",
+    [
+        ("check = _assistant_check(assistant_model)", "check = _assistant_check(assistant_model) + 1", True),
+        ("return _assisted_helper()", "return _assisted_helper() + 1", True),
+        ("def _assistant_check(model):\n    return 1", "def _assistant_check(model):\n    return 4", True),
+        ("def _assisted_helper():\n    return 2", "def _assisted_helper():\n    return 5", True),
+        ("return self.greedy_search()", "return self.greedy_search() or 1", False),  # the `else` of the branch
+        ("def _shared():\n    return 3", "def _shared():\n    return 6", False),
+        ("is_assisted_gen_mode = assistant_model is not None", "is_assisted_gen_mode = assistant_model", False),
+    ],
+    ids=["assistant-branch", "assisted-decoding", "helper-of-the-branch", "helper", "else", "shared", "mode"],
+)
+def test_assisted_only_changes(old, new, assisted_only):
+    assert old in _UTILS
+    assert _assisted_code().only_changes_assisted_decoding(_UTILS, _UTILS.replace(old, new)) is assisted_only
