@@ -25,7 +25,7 @@ REFERENCE = PATCHED  # whose weights a side that builds a model otherwise loads
 FULL = {
     "headline_reps": (21, 31),  # (minimum, maximum) repetitions
     "cheap_reps": (5, 11),
-    "costly_reps": (2, 4),
+    "costly_reps": (4, 5),
     "sampling_reps": (11, 21),
     "growth": [64, 128, 256, 512, 896],  # trained pair: time per token after this many new tokens
     "warmup_tokens": 8,
