@@ -24,6 +24,7 @@ REFERENCE = PATCHED  # whose weights a side that builds a model otherwise loads
 
 FULL = {
     "headline_reps": (21, 31),  # (minimum, maximum) repetitions
+    "short_reps": (15, 21),
     "cheap_reps": (5, 11),
     "costly_reps": (4, 5),
     "sampling_reps": (11, 21),
@@ -36,6 +37,7 @@ FULL = {
 }
 QUICK = {
     "headline_reps": (5, 7),
+    "short_reps": (3, 5),
     "cheap_reps": (3, 5),
     "costly_reps": (1, 1),
     "sampling_reps": (3, 5),
