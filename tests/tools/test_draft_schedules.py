@@ -1,0 +1,77 @@
+"""scripts/draft_schedules.py replays a draft-length schedule on the positions where the draft disagrees with the
+model's greedy continuation. Its comparisons only mean something if a replayed call drafts and accepts, round after
+round, what a real assisted call does: checked here on a small pair that agrees on part of the tokens."""
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+import draft_schedules  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers.generation import draft_length  # noqa: E402
+from transformers.generation import utils as generation_utils  # noqa: E402
+
+NEW_TOKENS = 40
+
+
+class Recording:
+    """Wraps a schedule and records (drafted, accepted) per round."""
+
+    def __init__(self, schedule):
+        self.schedule, self.rounds = schedule, []
+
+    def num_candidates(self, max_candidates):
+        return self.schedule.num_candidates(max_candidates)
+
+    def update(self, drafted, accepted):
+        self.rounds.append((drafted, accepted))
+        self.schedule.update(drafted, accepted)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=16, n_positions=128, eos_token_id=None)
+    target = GPT2LMHeadModel(config).eval()
+    assistant = copy.deepcopy(target)
+    with torch.no_grad():
+        for parameter in assistant.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    prompt = torch.randint(0, config.vocab_size, (1, 8))
+    kwargs = {"attention_mask": torch.ones_like(prompt), "max_new_tokens": NEW_TOKENS, "pad_token_id": 0}
+    with torch.no_grad():
+        sequence = target.generate(prompt, **kwargs)
+        predicted = assistant(sequence).logits.argmax(-1)[0, prompt.shape[1] - 1 : -1]
+    mismatches = set((predicted != sequence[0, prompt.shape[1] :]).nonzero().flatten().tolist())
+    assert 3 < len(mismatches) < NEW_TOKENS - 3, "the pair should agree on part of the tokens"
+    return target, assistant, prompt, kwargs, mismatches
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: draft_length.ConstantDraftLength(3), lambda: draft_length.HeuristicDraftLength(5)]
+)
+def test_replay_drafts_and_accepts_what_a_real_call_does(pair, make, monkeypatch):
+    target, assistant, prompt, kwargs, mismatches = pair
+    real = Recording(make())
+    monkeypatch.setattr(generation_utils, "get_draft_length_schedule", lambda *args: real)
+    target.generate(prompt, assistant_model=assistant, **kwargs)
+
+    replayed = Recording(make())
+    draft_schedules.simulate(replayed, mismatches, NEW_TOKENS, per_candidate=0.2)
+    assert replayed.rounds == real.rounds
+
+
+def test_the_adaptive_schedule_stays_near_greedy_with_a_draft_that_never_agrees():
+    time, rounds, steps = draft_schedules.simulate(
+        draft_length.AdaptiveDraftLength(0.1), set(range(128)), 128, per_candidate=0.3
+    )
+    # the first round's candidate and a few probes, less and less often
+    assert rounds == 128 and steps <= 5
+    assert time / draft_schedules.best_in_hindsight(set(range(128)), 128, 0.3) < 1.02
