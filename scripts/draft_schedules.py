@@ -5,11 +5,14 @@ prefix: a round that starts at position `s` and drafts `k` candidates accepts th
 (at most `k`), and adds the target's own token. That is exactly what assisted decoding does with greedy search, so a
 schedule's rounds and draft steps on a pattern are those of a real call; only the time is modelled, a round that
 drafts `k` candidates costing `1 + b * k` (a verification, and per candidate a draft step and a longer verification),
-the clock the adaptive schedule reads.
+the clock the adaptive schedule reads. A pattern may come with its prompt's agreement (how many of its last positions
+were compared, at how many the draft predicts what the target predicts), which the adaptive schedule is told in the
+first round when that round drafts, as in a real call.
 
 Patterns: the trained pair of the benchmark on held-out prompts (`--trained`, the models of `build/bench/trained/`),
-and independent acceptances with probability p (`--iid`). Each schedule's simulated time is divided by that of the
-best of greedy search and the constant draft lengths 1 to 24, chosen in hindsight per pattern.
+and independent acceptances with probability p (`--iid`, with prompts that agree as often). Each schedule's simulated
+time is divided by that of the best of greedy search and the constant draft lengths 1 to 24, chosen in hindsight per
+pattern.
 
     .venv/bin/python scripts/draft_schedules.py --trained 40 --iid 0.5,0.7,0.9 --set quick_probes=2
 """
@@ -27,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit, for the tr
 MAX_CONSTANT = 24
 
 
-def simulate(schedule, mismatches, new_tokens, per_candidate):
-    """(time, rounds, draft steps) of one call; `schedule` drafts, `mismatches` decides what is accepted."""
+def simulate(schedule, mismatches, new_tokens, per_candidate, prompt=None):
+    """(time, rounds, draft steps) of one call; `schedule` drafts, `mismatches` decides what is accepted, `prompt`
+    is (positions compared, positions agreeing) or None."""
     clock = [0.0]
     if isinstance(schedule, draft_length.AdaptiveDraftLength):
         schedule.clock = lambda: clock[0]
@@ -39,6 +43,8 @@ def simulate(schedule, mismatches, new_tokens, per_candidate):
         while accepted < drafted and position + accepted not in mismatches:
             accepted += 1
         position += accepted + 1
+        if rounds == 0 and drafted > 0 and prompt is not None and schedule.judges_prompt:
+            schedule.judge_prompt(*prompt)
         rounds, steps = rounds + 1, steps + drafted
         clock[0] += 1.0 + per_candidate * drafted
         schedule.update(drafted, accepted)
@@ -55,7 +61,8 @@ def best_in_hindsight(mismatches, new_tokens, per_candidate):
 
 
 def trained_patterns(count, new_tokens):
-    """The draft's mismatches with the target's greedy continuation of `count` held-out prompts of the trained pair."""
+    """The draft's mismatches with the target's greedy continuation of `count` held-out prompts of the trained pair,
+    and the agreement of their predictions on each prompt."""
     import torch
     from benchkit import train
     from benchkit.workloads import TRAINED_PROMPT_LENGTH
@@ -69,14 +76,24 @@ def trained_patterns(count, new_tokens):
         sequences = target.generate(
             prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens, eos_token_id=None
         )
-        predicted = draft(sequences).logits.argmax(-1)[:, prompts.shape[1] - 1 : -1]
-    differs = predicted != sequences[:, prompts.shape[1] :]
-    return [set(row.nonzero().flatten().tolist()) for row in differs]
+        predicted = draft(sequences).logits.argmax(-1)
+        expected = target(prompts).logits.argmax(-1)
+    differs = predicted[:, prompts.shape[1] - 1 : -1] != sequences[:, prompts.shape[1] :]
+    positions = min(prompts.shape[1] - 1, draft_length.AdaptiveDraftLength.prompt_positions)
+    agreeing = (
+        predicted[:, prompts.shape[1] - 1 - positions : prompts.shape[1] - 1] == expected[:, -positions - 1 : -1]
+    )
+    return [
+        (set(row.nonzero().flatten().tolist()), (positions, int(agree.sum())))
+        for row, agree in zip(differs, agreeing, strict=True)
+    ]
 
 
 def iid_pattern(acceptance, new_tokens, seed):
     generator = random.Random(seed)
-    return {position for position in range(new_tokens) if generator.random() >= acceptance}
+    positions = draft_length.AdaptiveDraftLength.prompt_positions
+    prompt = (positions, sum(generator.random() < acceptance for _ in range(positions)))
+    return {position for position in range(new_tokens) if generator.random() >= acceptance}, prompt
 
 
 def make_schedule(name, overrides):
@@ -84,7 +101,7 @@ def make_schedule(name, overrides):
         return lambda ratio: draft_length.HeuristicDraftLength(5)
     attributes = dict(overrides)
     schedule_class = type("Adaptive", (draft_length.AdaptiveDraftLength,), attributes)
-    return lambda ratio: schedule_class(ratio)
+    return lambda ratio: schedule_class(ratio, judges_prompt=True)
 
 
 def parse_overrides(items):
@@ -129,9 +146,9 @@ def main(argv=None):
         for patterns in families.values():
             for cost in costs:
                 ratios = [
-                    simulate(build(args.size_ratio), pattern, args.tokens, cost)[0]
-                    / best_in_hindsight(pattern, args.tokens, cost)
-                    for pattern in patterns
+                    simulate(build(args.size_ratio), mismatches, args.tokens, cost, prompt)[0]
+                    / best_in_hindsight(mismatches, args.tokens, cost)
+                    for mismatches, prompt in patterns
                 ]
                 cells.append(f"{statistics.mean(ratios):.3f} ({max(ratios):.3f})")
         print(f"| {name} | " + " | ".join(cells) + " |")

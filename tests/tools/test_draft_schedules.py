@@ -26,9 +26,15 @@ class Recording:
 
     def __init__(self, schedule):
         self.schedule, self.rounds = schedule, []
+        self.judges_prompt = schedule.judges_prompt
+        self.prompt_positions = getattr(schedule, "prompt_positions", 0)
 
     def num_candidates(self, max_candidates):
         return self.schedule.num_candidates(max_candidates)
+
+    def judge_prompt(self, num_positions, num_agreeing):
+        self.rounds.append(("prompt", num_positions, num_agreeing))
+        self.schedule.judge_prompt(num_positions, num_agreeing)
 
     def update(self, drafted, accepted):
         self.rounds.append((drafted, accepted))
@@ -48,24 +54,37 @@ def pair():
     kwargs = {"attention_mask": torch.ones_like(prompt), "max_new_tokens": NEW_TOKENS, "pad_token_id": 0}
     with torch.no_grad():
         sequence = target.generate(prompt, **kwargs)
-        predicted = assistant(sequence).logits.argmax(-1)[0, prompt.shape[1] - 1 : -1]
-    mismatches = set((predicted != sequence[0, prompt.shape[1] :]).nonzero().flatten().tolist())
+        predicted = assistant(sequence).logits.argmax(-1)[0]
+        expected = target(prompt).logits.argmax(-1)[0]
+    mismatches = set(
+        (predicted[prompt.shape[1] - 1 : -1] != sequence[0, prompt.shape[1] :]).nonzero().flatten().tolist()
+    )
     assert 3 < len(mismatches) < NEW_TOKENS - 3, "the pair should agree on part of the tokens"
-    return target, assistant, prompt, kwargs, mismatches
+    # the agreement on the prompt that a real call reads in its first round (7 positions of the 8-token prompt)
+    positions = prompt.shape[1] - 1
+    prompt_agreement = (positions, int((predicted[:positions] == expected[:positions]).sum()))
+    return target, assistant, prompt, kwargs, mismatches, prompt_agreement
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: draft_length.ConstantDraftLength(3), lambda: draft_length.HeuristicDraftLength(5)]
+    "make",
+    [
+        lambda: draft_length.ConstantDraftLength(3),
+        lambda: draft_length.HeuristicDraftLength(5),
+        lambda: draft_length.AdaptiveDraftLength(0.1, clock=None, judges_prompt=True),  # untimed: deterministic
+    ],
+    ids=["constant", "heuristic", "adaptive"],
 )
 def test_replay_drafts_and_accepts_what_a_real_call_does(pair, make, monkeypatch):
-    target, assistant, prompt, kwargs, mismatches = pair
+    target, assistant, prompt, kwargs, mismatches, prompt_agreement = pair
     real = Recording(make())
     monkeypatch.setattr(generation_utils, "get_draft_length_schedule", lambda *args: real)
     target.generate(prompt, assistant_model=assistant, **kwargs)
 
     replayed = Recording(make())
-    draft_schedules.simulate(replayed, mismatches, NEW_TOKENS, per_candidate=0.2)
+    draft_schedules.simulate(replayed, mismatches, NEW_TOKENS, per_candidate=0.2, prompt=prompt_agreement)
     assert replayed.rounds == real.rounds
+    assert (("prompt", *prompt_agreement) in real.rounds) == real.judges_prompt
 
 
 def test_the_adaptive_schedule_stays_near_greedy_with_a_draft_that_never_agrees():
