@@ -91,9 +91,9 @@ def trained_patterns(count, new_tokens):
 
 def iid_pattern(acceptance, new_tokens, seed):
     generator = random.Random(seed)
+    mismatches = {position for position in range(new_tokens) if generator.random() >= acceptance}
     positions = draft_length.AdaptiveDraftLength.prompt_positions
-    prompt = (positions, sum(generator.random() < acceptance for _ in range(positions)))
-    return {position for position in range(new_tokens) if generator.random() >= acceptance}, prompt
+    return mismatches, (positions, sum(generator.random() < acceptance for _ in range(positions)))
 
 
 def make_schedule(name, overrides):
