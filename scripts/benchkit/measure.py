@@ -4,7 +4,8 @@ order made; `benchkit.summary` turns them into tables.
 
 One worker at a time computes (they build their models together, unmeasured): each repetition runs greedy search
 (stock and patched) and assisted decoding (every side) on every case, the order of the sides rotating and flipping
-from one repetition to the next, so that ratios are computed from runs made next to each other.
+from one repetition to the next, the reference runs next to the patched side's assisted run (`Bench.sequence`), so
+that ratios are computed from runs made next to each other.
 """
 
 import json
@@ -27,7 +28,7 @@ FULL = {
     # noisy on a shared machine (single paired ratios from 0.5 to 1.9): 21 left the median of their noise floor 5%
     # from 1; 155 put it at 1.02 (a bootstrap 95% interval of 0.99-1.05).
     "headline_reps": (121, 151),
-    "short_reps": (15, 21),
+    "short_reps": (31, 41),
     "cheap_reps": (5, 11),
     "costly_reps": (4, 5),
     "sampling_reps": (11, 21),
@@ -280,28 +281,40 @@ class Bench:
         done = set()
         for case in cases:
             key = self.greedy_key(case)
-            temperature = CASES[case].temperature
+            references = []
             if key not in done:
                 done.add(key)
-                # Greedy search is the same loop in 4.31 stock and patched: their ratio is the noise floor. A sampling
-                # case's reference is plain sampling on the patched fork.
-                for side in order:
-                    if side in self.reference_sides[case]:
-                        method = CASES[case].reference_method
-                        name = greedy_name(key)
-                        self.measure(side, key[0], method, key[1], "ab", case=name, rep=rep, temperature=temperature)
-            for side in order:
-                if side in self.case_sides[case]:
-                    self.measure(
-                        side,
-                        CASES[case].pair,
-                        "assisted",
-                        self.tokens(case),
-                        "ab",
-                        case=case,
-                        rep=rep,
-                        temperature=temperature,
-                    )
+                references = [side for side in order if side in self.reference_sides[case]]
+            assisted = [side for side in order if side in self.case_sides[case]]
+            for side, method in self.sequence(rep, case, references, assisted):
+                if method == "assisted":
+                    workload, tokens, name = CASES[case].pair, self.tokens(case), case
+                else:
+                    workload, tokens, name = key[0], key[1], greedy_name(key)
+                self.measure(
+                    side, workload, method, tokens, "ab", case=name, rep=rep, temperature=CASES[case].temperature
+                )
+
+    @staticmethod
+    def sequence(rep, case, references, assisted):
+        """
+        The runs of one case in one repetition, as (side, method): the reference runs (greedy search of stock and
+        patched; a sampling case's plain sampling) next to the patched side's assisted run, on the side of it that
+        alternates, and the block where the patched side falls in the rotating order of the assisted sides. The
+        ratios the run is judged by (greedy patched/stock, assisted patched/greedy) then come from adjacent runs.
+        """
+        method = CASES[case].reference_method
+        block = [(side, method) for side in references if side != PATCHED]
+        block += [(side, method) for side in references if side == PATCHED]
+        if PATCHED not in assisted:
+            return block + [(side, "assisted") for side in assisted]
+        block.append((PATCHED, "assisted"))
+        if rep % 2 == 1:
+            block.reverse()
+        sequence = []
+        for side in assisted:
+            sequence += block if side == PATCHED else [(side, "assisted")]
+        return sequence
 
     def rep_cost(self, cases):
         """Wall seconds the last repetition of these cases took (for the budget guard)."""

@@ -309,8 +309,11 @@ def report(meta, info, sides, table, growth, files, results):
         "(and one OpenMP/BLAS thread), one worker at a time. After a warm-up run of every method on every side, "
         "each repetition runs greedy (stock and patched) and assisted decoding on every case (every side, but the "
         "constant draft lengths only on the cases whose drafts pay, and the sampling cases as their section says), "
-        "the order of the sides rotating and flipping from one repetition to the next. Ratios are computed per "
-        "repetition, from runs made next to each other, then the median and min-max over the repetitions are "
+        "the order of the sides rotating and flipping from one repetition to the next. The reference runs (greedy "
+        "stock and patched, or plain sampling) run as one block with the patched side's assisted run, the patched "
+        "reference next to it (before it in one repetition, after it in the next), so that the noise floor and "
+        "the patched side's ratio to greedy come from adjacent runs. Ratios are computed per "
+        "repetition, from the runs of that repetition, then the median and min-max over the repetitions are "
         "reported."
     )
     add(f"- {repetitions_text({**table, **sampling}, meta)}")
@@ -334,15 +337,18 @@ def report(meta, info, sides, table, growth, files, results):
     )
     add(
         "- Acceptance: candidates kept / candidates proposed (one assistant forward per candidate). The patched "
-        "side drafts nothing in the first round and stops drafting at the length limit, where the others propose "
-        "candidates that cannot be kept: for the same tokens it proposes fewer candidates, so its acceptance reads "
-        "higher; rounds and tokens per round compare the work. Speedup over greedy: the patched side's greedy time "
-        "per token over the side's assisted time per token, per repetition."
+        "side (its adaptive schedule) drafts one candidate at most in the first round and stops drafting at the "
+        "length limit, where the others propose candidates that cannot be kept: for the same tokens it proposes "
+        "fewer candidates, so its acceptance reads higher; rounds and tokens per round compare the work. Speedup "
+        "over greedy: the patched side's greedy time per token over the side's assisted time per token, per "
+        "repetition."
     )
     add(
-        "- The series runs the first round on the prompt alone, without drafting (so that models that number or "
-        "mask the prompt's positions see what greedy search shows them); upstream drafts from the first round. The "
-        "16-token cases show what that costs on short generations."
+        "- First round: the fork's adaptive schedule verifies one candidate at most with the prompt (models whose "
+        "first forward pass numbers or masks the prompt's positions otherwise than the cached ones run the prompt "
+        "alone, as greedy search does; none of the benchmark's), and compares the two models' predictions on the "
+        "prompt, which decides whether a rejected first candidate is probed again; upstream drafts its full length "
+        "from the first round. The 16-token cases show what the first round costs on short generations."
     )
     add("")
     add("## Results")

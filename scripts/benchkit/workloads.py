@@ -418,7 +418,7 @@ CASES["asr-batch"] = Case(
 HEADLINE = "trained"
 # Groups in the order their first repetitions run: the headline cases are the cheapest and get the most repetitions
 # (their ratios are the run's verdict; a shared machine's noise spreads single ratios by 15% or more); the short
-# poor-draft case as many (a run of 16 tokens is short enough for the machine's noise to move its ratio by 10%, and a
+# poor-draft case many (a run of 16 tokens is short enough for the machine's noise to move its ratio by 10%, and a
 # probe's cost is a few percent of it); the other cheap cases many; the GPT-2 small ones cost most of the run.
 GROUPS = ["headline", "short", "sampling", "cheap", "costly"]
 SAMPLING_SEED = 1000  # the seed of repetition r is SAMPLING_SEED + r, the same on every side

@@ -14,7 +14,7 @@ SCRIPTS = REPO / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-from benchkit import counting, peers, report, sides, summary, train, workloads  # noqa: E402
+from benchkit import counting, measure, peers, report, sides, summary, train, workloads  # noqa: E402
 from benchkit import worker as bench_worker  # noqa: E402
 from benchkit.settings import DraftLength, Settings  # noqa: E402
 
@@ -124,6 +124,31 @@ def test_a_run_has_its_sides_in_table_order_with_unique_names():
     assert sides.from_meta(meta) == run
     # runs saved before the specs ran the fork with the 4.31 heuristic
     assert sides.from_meta({"sides": names}) == run[:-3] + [sides.patched_side(DraftLength.heuristic())] + run[-2:]
+
+
+@pytest.mark.parametrize("rep", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("case", ["trained", "draft-16", "sampling-t1.0"])
+def test_the_references_run_next_to_the_patched_assisted_run(case, rep):
+    run = sides.run_sides(list(peers.PEERS), constant=[1])
+    names = [side.name for side in run]
+    shift = rep % len(names)
+    order = names[shift:] + names[:shift]
+    order = order if rep % 2 == 0 else order[::-1]
+    references = [name for name in order if name in sides.reference_sides(workloads.CASES[case], run)]
+    assisted = [name for name in order if name in sides.case_sides(workloads.CASES[case], run, None)]
+    sequence = measure.Bench.sequence(rep, case, references, assisted)
+    reference_method = workloads.CASES[case].reference_method
+    # every side runs once, the assisted sides in the rotating order
+    assert sorted(sequence) == sorted(
+        [(name, reference_method) for name in references] + [(n, "assisted") for n in assisted]
+    )
+    assert [name for name, method in sequence if method == "assisted"] == assisted
+    # the references form one block with the patched assisted run, the patched reference next to it, on the side
+    # that alternates from one repetition to the next
+    at = sequence.index(("patched", "assisted"))
+    block = sequence[at - len(references) : at + 1] if rep % 2 == 0 else sequence[at : at + len(references) + 1]
+    assert sorted(block) == sorted([(name, reference_method) for name in references] + [("patched", "assisted")])
+    assert sequence[at - 1 if rep % 2 == 0 else at + 1] == ("patched", reference_method)
 
 
 def test_the_patched_side_runs_the_forks_defaults_unless_told_otherwise():
