@@ -34,7 +34,7 @@ def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
         measured += seconds
         phase = result["phase"]
         if phase in ("ab", "ops"):
-            case = references.get(result["case"], result["case"])
+            case = result.get("reference_for") or references.get(result["case"], result["case"])
             scale = CASES[case].tokens / CASES[case].quick_tokens
             if phase == "ab":
                 group = CASES[case].group

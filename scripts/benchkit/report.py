@@ -310,10 +310,11 @@ def report(meta, info, sides, table, growth, files, results):
         "each repetition runs greedy (stock and patched) and assisted decoding on every case (every side, but the "
         "constant draft lengths only on the cases whose drafts pay, and the sampling cases as their section says), "
         "the order of the sides rotating and flipping from one repetition to the next. The reference runs (greedy "
-        "stock and patched, or plain sampling) run as one block with the patched side's assisted run, the patched "
-        "reference next to it (before it in one repetition, after it in the next), so that the noise floor and "
-        "the patched side's ratio to greedy come from adjacent runs. Ratios are computed per "
-        "repetition, from the runs of that repetition, then the median and min-max over the repetitions are "
+        "stock and patched, or plain sampling) of each case, even of cases that share them, run as one block with "
+        "the patched side's assisted run, the patched reference next to it (before it in one repetition, after it "
+        "in the next), so that the noise floor and the patched side's ratio to greedy come from adjacent runs. "
+        "Ratios are computed per repetition, from the runs of that repetition, then the median and min-max over "
+        "the repetitions are "
         "reported."
     )
     add(f"- {repetitions_text({**table, **sampling}, meta)}")

@@ -37,7 +37,9 @@ def summarize(results, sides, cases, quick=False):
     table = {}
     for case in cases:
         runs = by_rep(results, case)
-        greedy = by_rep(results, greedy_name(CASES[case].greedy_key(quick)))
+        # the case's own reference runs (runs saved before each case had its own share them)
+        own = [result for result in results if result.get("reference_for", case) == case]
+        greedy = by_rep(own, greedy_name(CASES[case].greedy_key(quick)))
         if not runs or not greedy:
             continue
         tokens = CASES[case].new_tokens(quick)

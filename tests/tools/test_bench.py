@@ -358,6 +358,25 @@ def test_ratios_pair_the_runs_of_one_repetition_and_name_the_failed_side():
     assert row["same_tokens"] and row["same_as_greedy"]
 
 
+def test_cases_that_share_a_reference_are_each_paired_with_their_own_runs():
+    greedy = "greedy:draft:128"
+    results = []
+    for case, scale in (("draft", 1.0), ("self", 2.0)):
+        for side in ("stock", "patched"):
+            results.append(result(greedy, side, 0, 10.0 * scale, method="greedy", reference_for=case))
+        results.append(result(case, "patched", 0, 11.0 * scale))
+    table, _ = summary.summarize(results, named("stock", "patched"), ["draft", "self"])
+    for case in ("draft", "self"):
+        assert table[case]["slowdown"]["patched"] == pytest.approx((1.1, 1.1, 1.1))
+        assert table[case]["noise"] == pytest.approx((1.0, 1.0, 1.0))
+    assert table["self"]["greedy"] == pytest.approx(20.0)
+    # runs saved before each case had its own references share them
+    for saved in results:
+        saved.pop("reference_for", None)
+    table, _ = summary.summarize(results, named("stock", "patched"), ["draft", "self"])
+    assert table["draft"]["greedy"] == table["self"]["greedy"]
+
+
 def test_different_tokens_on_one_side_are_flagged():
     results = [
         result("greedy:trained:16", "stock", 0, 1.0, method="greedy"),
