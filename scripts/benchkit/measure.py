@@ -314,8 +314,7 @@ class Bench:
         ratios the run is judged by (greedy patched/stock, assisted patched/greedy) then come from adjacent runs.
         """
         method = CASES[case].reference_method
-        block = [(side, method) for side in references if side != PATCHED]
-        block += [(side, method) for side in references if side == PATCHED]
+        block = [(side, method) for side in sorted(references, key=lambda side: side == PATCHED)]
         if PATCHED not in assisted:
             return block + [(side, "assisted") for side in assisted]
         block.append((PATCHED, "assisted"))

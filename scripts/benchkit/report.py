@@ -314,8 +314,7 @@ def report(meta, info, sides, table, growth, files, results):
         "the patched side's assisted run, the patched reference next to it (before it in one repetition, after it "
         "in the next), so that the noise floor and the patched side's ratio to greedy come from adjacent runs. "
         "Ratios are computed per repetition, from the runs of that repetition, then the median and min-max over "
-        "the repetitions are "
-        "reported."
+        "the repetitions are reported."
     )
     add(f"- {repetitions_text({**table, **sampling}, meta)}")
     add(

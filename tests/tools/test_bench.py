@@ -130,10 +130,7 @@ def test_a_run_has_its_sides_in_table_order_with_unique_names():
 @pytest.mark.parametrize("case", ["trained", "draft-16", "sampling-t1.0"])
 def test_the_references_run_next_to_the_patched_assisted_run(case, rep):
     run = sides.run_sides(list(peers.PEERS), constant=[1])
-    names = [side.name for side in run]
-    shift = rep % len(names)
-    order = names[shift:] + names[:shift]
-    order = order if rep % 2 == 0 else order[::-1]
+    order = measure.Bench.order(SimpleNamespace(sides=[side.name for side in run]), rep)
     references = [name for name in order if name in sides.reference_sides(workloads.CASES[case], run)]
     assisted = [name for name in order if name in sides.case_sides(workloads.CASES[case], run, None)]
     sequence = measure.Bench.sequence(rep, case, references, assisted)
@@ -680,17 +677,22 @@ def test_a_quick_run_estimates_the_full_run_by_tokens_and_repetitions():
     results = [
         {"phase": "ab", "case": "trained", "wall": 1.0, "cpu": 0.5},
         {"phase": "ab", "case": "greedy:draft:32", "wall": 2.0, "cpu": 2.0},  # the reference of `draft`
+        # a reference that two cases of different groups share, run for the second one
+        {"phase": "ab", "case": "sample:trained:128:t0.7", "reference_for": "sampling-t0.7-greedy-draft", "wall": 1.0},
         {"phase": "warmup", "wall": 1.0, "cpu": 1.0},
         {"phase": "asr-probe", "wall": 1.0, "cpu": 1.0},
     ]
-    meta = {"quick": True, "cases": ["trained", "draft", "asr-batch"], "wall": 10.0}
+    cases = ["trained", "draft", "sampling-t0.7", "sampling-t0.7-greedy-draft", "asr-batch"]
+    meta = {"quick": True, "cases": cases, "wall": 10.0}
     parts, total = estimate.full_seconds(results, meta)
     headline = FULL["headline_reps"][0] / QUICK["headline_reps"][0]
     costly = FULL["costly_reps"][0] / QUICK["costly_reps"][0]
+    cheap = FULL["cheap_reps"][0] / QUICK["cheap_reps"][0]
     assert parts["trained"] == pytest.approx(headline)
     assert parts["draft"] == pytest.approx(2.0 * 128 / 32 * costly)
+    assert parts["sampling-t0.7-greedy-draft"] == pytest.approx(cheap) and "sampling-t0.7" not in parts
     assert parts["warm-up"] == pytest.approx(FULL["warmup_tokens"] / QUICK["warmup_tokens"])
-    assert parts["start-up and the rest"] == pytest.approx(10.0 - 5.0)
+    assert parts["start-up and the rest"] == pytest.approx(10.0 - 6.0)
     assert total == pytest.approx(sum(parts.values()))
     cpu_parts, _ = estimate.full_seconds(results, meta, "cpu")
     assert cpu_parts["trained"] == pytest.approx(0.5 * headline) and "start-up and the rest" not in cpu_parts
