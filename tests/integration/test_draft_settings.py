@@ -1,0 +1,327 @@
+"""The draft settings and the assistants users bring: what a call is given is what it does, and it says what it did.
+
+- `num_assistant_tokens` and `num_assistant_tokens_schedule` given to `generate()` (as kwargs or in a
+  `generation_config=`) override the assistant's generation config for that call only;
+- the assistant's own settings survive its own `generate()`, whose config is regenerated from the model config;
+- after a call, `model.last_assisted_decoding_stats` counts its rounds, drafted and accepted candidates, and says why
+  the schedule drafted nothing or stopped drafting (also logged at info verbosity);
+- an assistant that is not a model is refused with a `TypeError` before any forward pass; pairs whose vocabularies
+  differ by more than 10% get one warning; the device hint can be pasted;
+- an encoder-decoder assistant with an encoder of its own runs it at its first draft only, never in a call that does
+  not draft, and the cost prior of the adaptive schedule counts what runs per token only.
+
+Every test fails on the series before these changes: the kwargs were ignored, the config was reset with a deprecation
+warning, no stats existed, a string assistant raised `AttributeError`, and the assistant's encoder ran in every call.
+"""
+
+import copy
+import logging
+import warnings
+
+import pytest
+import torch
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, WhisperConfig, WhisperForConditionalGeneration
+from transformers.generation import draft_length
+from transformers.utils import logging as hf_logging
+
+from integration._common import assert_same_tokens
+from support.tiny_models import tiny_model
+
+PROMPT = torch.tensor([[5, 17, 33, 9, 41, 2, 77, 18, 60, 3, 12, 90]])
+
+
+def _gpt2(layers, width=64, vocab=128, seed=0):
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=layers, n_embd=width, n_head=2, vocab_size=vocab, n_positions=128)
+    return GPT2LMHeadModel(config).eval()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = _gpt2(2)
+    assistant = _gpt2(1, seed=1)
+    assistant.load_state_dict(
+        {k: v for k, v in target.state_dict().items() if k in assistant.state_dict()}, strict=False
+    )
+    return target, assistant
+
+
+def _greedy(model, **kwargs):
+    return model.generate(PROMPT, max_new_tokens=24, do_sample=False, pad_token_id=0, **kwargs)
+
+
+def _count_drafts(target, assistant, **kwargs):
+    """The candidates drafted in each round of `_greedy(target, assistant_model=assistant, **kwargs)`."""
+    rounds, pending = [], [0]
+
+    def on_target(*_):
+        rounds.append(pending[0])
+        pending[0] = 0
+
+    def on_assistant(*_):
+        pending[0] += 1
+
+    handles = [target.register_forward_pre_hook(on_target), assistant.register_forward_pre_hook(on_assistant)]
+    try:
+        output = _greedy(target, assistant_model=assistant, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return output, rounds[1:]  # the first round drafts with the prompt, at most one candidate
+
+
+@pytest.mark.parametrize("how", ["kwargs", "generation_config"])
+def test_draft_settings_given_to_generate_apply_to_that_call_only(pair, how):
+    target, assistant = pair
+    before = assistant.generation_config.to_dict()
+    settings = {"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant"}
+    if how == "kwargs":
+        output, rounds = _count_drafts(target, assistant, **settings)
+    else:
+        config = GenerationConfig(max_new_tokens=24, pad_token_id=0, **settings)
+        output, rounds = _count_drafts(target, assistant, generation_config=config)
+    assert_same_tokens(_greedy(target), output)
+    assert rounds and all(drafted == 3 for drafted in rounds[:-1]), rounds
+    assert target.last_assisted_decoding_stats.schedule == "constant"
+    assert assistant.generation_config.to_dict() == before
+    # the next call without settings uses the assistant's own (the adaptive schedule)
+    _greedy(target, assistant_model=assistant)
+    assert target.last_assisted_decoding_stats.schedule == "adaptive"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"num_assistant_tokens": 0}, {"num_assistant_tokens": 2.5}, {"num_assistant_tokens_schedule": "fast"}],
+)
+def test_invalid_draft_settings_given_to_generate_are_refused(pair, settings):
+    target, assistant = pair
+    with pytest.raises(ValueError, match="num_assistant_tokens"):
+        _greedy(target, assistant_model=assistant, **settings)
+
+
+def test_the_assistants_settings_survive_its_own_generate(pair):
+    _, assistant = pair
+    assistant = copy.deepcopy(assistant)
+    assert assistant.generation_config._from_model_config
+    assistant.generation_config.num_assistant_tokens = 2
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the deprecation warning about a modified model config
+        _greedy(assistant)
+    assert assistant.generation_config.num_assistant_tokens == 2
+    assert assistant.generation_config.num_assistant_tokens_schedule == "constant"
+
+
+def test_a_modified_model_config_still_updates_the_generation_config(pair):
+    _, assistant = pair
+    assistant = copy.deepcopy(assistant)
+    assistant.generation_config.num_assistant_tokens = 2
+    assistant.config.pad_token_id = 7
+    with pytest.warns(UserWarning, match="modified the pretrained model configuration"):
+        _greedy(assistant)
+    assert assistant.generation_config.pad_token_id == 7
+    assert assistant.generation_config.num_assistant_tokens == 2
+
+
+def test_the_stats_count_the_rounds_and_candidates(pair):
+    target, assistant = pair
+    output, rounds = _count_drafts(target, assistant, num_assistant_tokens=2, num_assistant_tokens_schedule="constant")
+    stats = target.last_assisted_decoding_stats
+    assert stats.num_rounds == len(rounds) + 1
+    assert stats.num_drafted == sum(rounds) + 2  # the first round drafts with the prompt
+    assert 0 <= stats.num_accepted <= stats.num_drafted
+    assert output.shape[1] - PROMPT.shape[1] == stats.num_accepted + stats.num_rounds
+    assert stats.stop_reason is None
+
+
+def test_a_schedule_that_drafts_nothing_says_why():
+    target = tiny_model(GPT2LMHeadModel, seed=0, device="cpu")
+    poor = tiny_model(GPT2LMHeadModel, seed=7, assistant=True, device="cpu")  # its candidates are rejected
+    hf_logging.set_verbosity_info()
+    try:
+        with _captured(hf_logging.get_logger("transformers.generation.utils")) as messages:
+            output = target.generate(PROMPT, assistant_model=poor, max_new_tokens=64, pad_token_id=0)
+    finally:
+        hf_logging.set_verbosity_warning()
+    stats = target.last_assisted_decoding_stats
+    assert_same_tokens(target.generate(PROMPT, max_new_tokens=64, pad_token_id=0), output)
+    assert stats.num_accepted < stats.num_drafted
+    assert stats.stop_reason is not None and "acceptance" in stats.stop_reason
+    messages = [message for message in messages if "Assisted decoding" in message]
+    assert len(messages) == 1 and stats.stop_reason in messages[0]
+
+
+@pytest.mark.parametrize("assistant", ["gpt2", {"lm_head.weight": torch.zeros(2, 2)}, torch.nn.Linear(2, 2)])
+def test_an_assistant_that_is_not_a_model_is_refused_before_any_forward_pass(pair, assistant):
+    target, _ = pair
+    calls = []
+    handle = target.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(TypeError, match=f"`assistant_model`.*`{type(assistant).__name__}`"):
+            _greedy(target, assistant_model=assistant)
+    finally:
+        handle.remove()
+    assert calls == []
+
+
+def test_a_string_assistant_is_told_how_to_load_it(pair):
+    target, _ = pair
+    with pytest.raises(TypeError, match=r"from_pretrained\('gpt2'\)"):
+        _greedy(target, assistant_model="gpt2")
+
+
+def test_vocabularies_of_other_sizes_warn_once_and_keep_the_tokens(pair):
+    target, _ = pair
+    other = _gpt2(1, vocab=200, seed=3)
+    logger = hf_logging.get_logger("transformers.generation.utils")
+    logger.warning_once.cache_clear()
+    with _captured(logger) as records:
+        first = _greedy(target, assistant_model=other)
+        _greedy(target, assistant_model=other)
+    assert_same_tokens(_greedy(target), first)
+    assert sum("do they share a tokenizer" in message for message in records) == 1
+    with _captured(logger) as records:
+        _greedy(target, assistant_model=pair[1])
+    assert not any("tokenizer" in message for message in records)
+
+
+class _captured:
+    """The messages `logger` emits inside the block."""
+
+    def __init__(self, logger):
+        self.logger, self.messages = logger, []
+
+    def __enter__(self):
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.messages.append(record.getMessage())
+        self.logger.addHandler(self.handler)
+        return self.messages
+
+    def __exit__(self, *_):
+        self.logger.removeHandler(self.handler)
+
+
+def test_the_device_hint_can_be_pasted(pair):
+    target, assistant = pair
+    assistant = copy.deepcopy(assistant).to("meta")
+    with pytest.raises(ValueError, match=r'assistant_model\.to\("cpu"\)'):
+        _greedy(target, assistant_model=assistant)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# An encoder-decoder assistant with an encoder of its own
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _whisper_pair():
+    config = WhisperConfig(
+        vocab_size=96,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=4,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_mel_bins=16,
+        max_source_positions=40,
+        max_target_positions=96,
+        decoder_start_token_id=1,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=None,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+    )
+    torch.manual_seed(0)
+    target = WhisperForConditionalGeneration(config).eval()
+    draft_config = copy.deepcopy(config)
+    draft_config.decoder_layers = 1
+    assistant = WhisperForConditionalGeneration(draft_config).eval()
+    assistant.load_state_dict(target.state_dict(), strict=False)  # the encoder copied, the first decoder layer
+    features = torch.randn(2, 16, 80, generator=torch.Generator().manual_seed(0))
+    return target, assistant, features
+
+
+def _encoder_runs(assistant, call):
+    runs = []
+    handle = assistant.get_encoder().register_forward_pre_hook(lambda *_: runs.append(1))
+    try:
+        output = call()
+    finally:
+        handle.remove()
+    return output, len(runs)
+
+
+def test_an_own_encoder_runs_only_when_the_assistant_drafts():
+    target, assistant, features = _whisper_pair()
+    greedy = target.generate(features, max_new_tokens=12)
+    # a short call cannot pay the encoder back: the default schedule does not run it
+    output, runs = _encoder_runs(
+        assistant, lambda: target.generate(features, assistant_model=assistant, max_new_tokens=12)
+    )
+    assert_same_tokens(greedy, output)
+    assert runs == 0
+    stats = target.last_assisted_decoding_stats
+    assert stats.num_drafted == 0 and "encoder" in stats.stop_reason
+    # a schedule that drafts runs it once, at its first draft
+    output, runs = _encoder_runs(
+        assistant,
+        lambda: target.generate(
+            features,
+            assistant_model=assistant,
+            max_new_tokens=12,
+            num_assistant_tokens=2,
+            num_assistant_tokens_schedule="constant",
+        ),
+    )
+    assert_same_tokens(greedy, output)
+    assert runs == 1
+
+
+def test_a_lazy_encoder_takes_several_sequences_per_prompt():
+    target, assistant, features = _whisper_pair()
+    torch.manual_seed(0)
+    output, runs = _encoder_runs(
+        assistant,
+        lambda: target.generate(
+            features,
+            assistant_model=assistant,
+            max_new_tokens=8,
+            do_sample=True,
+            num_return_sequences=3,
+            num_assistant_tokens_schedule="constant",
+        ),
+    )
+    assert output.shape[0] == 6 and runs == 1
+
+
+def test_a_shared_encoder_is_not_run_again():
+    target, assistant, features = _whisper_pair()
+    assistant.model.encoder = target.model.encoder
+    greedy = target.generate(features, max_new_tokens=12)
+    output, runs = _encoder_runs(
+        assistant,
+        lambda: target.generate(
+            features, assistant_model=assistant, max_new_tokens=12, num_assistant_tokens_schedule="constant"
+        ),
+    )
+    assert_same_tokens(greedy, output)
+    assert runs == 1  # the model's own run, in generate()
+
+
+def test_the_cost_prior_counts_what_runs_per_token():
+    target, assistant, _ = _whisper_pair()
+    # the decoder layers and the output projection; not the encoder, not the embedding lookups
+    step = draft_length._step_size(target)
+    decoder = target.get_decoder()
+    lookups = sum(p.numel() for m in decoder.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters())
+    layers = sum(p.numel() for p in decoder.parameters()) - lookups
+    assert step == layers + target.get_output_embeddings().weight.numel()
+    one_layer = sum(p.numel() for p in decoder.layers[0].parameters())
+    assert draft_length._step_size(target) - draft_length._step_size(assistant) == 3 * one_layer
+    # a GPT-2 draft of 3 of 4 layers is about 3/4 of the model per token, whatever the embeddings weigh
+    model, draft = _gpt2(4, width=64, vocab=4096), _gpt2(3, width=64, vocab=4096)
+    ratio = draft_length._step_size(draft) / draft_length._step_size(model)
+    layer = sum(p.numel() for p in model.transformer.h[0].parameters())
+    assert ratio == pytest.approx((3 * layer + 64 * 4096 + 128) / (4 * layer + 64 * 4096 + 128), rel=1e-3)
