@@ -14,7 +14,9 @@
 #      test_plain_unchanged compares the fork with stock on the same device;
 #   3. `pytest tests/models` on the fork, on this device, float32, xdist workers: junit.xml, per-class summary;
 #   4. scripts/cuda_precision.py: how often assisted departs from greedy in bfloat16 / float16 (float32 control);
-#   5. scripts/cuda/bench_patched.py: the benchmark's headline workload, greedy vs assisted, patched fork only.
+#   5. scripts/cuda/bench_patched.py: the benchmark's headline workload, greedy vs assisted, patched fork only, with
+#      the fork's default draft-length schedule; synchronized at every forward and as users run it (BENCH_MAX_S at
+#      most, within what is left of the budget).
 #
 # Results in $OUT (at most 7 files): summary.md, junit.xml, pytest.log, stock-<device>.json, precision.csv,
 # bench.json, logs.tar.gz. The last lines of stdout are a short summary. Exit status: 0 when the set-up and the suite
@@ -47,6 +49,10 @@ SYSPY=${CUDA_SYSTEM_PYTHON:-python3}
 SKIP=" ${CUDA_SKIP:-} "
 RUN=$REPO/build/cuda-run
 LOGS=$RUN/logs
+# the benchmark's seconds at most (its headline's 9 repetitions take about 100 s of an H200), and the seconds the
+# precision study leaves it when the budget is short
+BENCH_MAX_S=150
+BENCH_KEEP_S=100
 ISO=$RUN/env/bin/python
 T0=$SECONDS
 
@@ -256,8 +262,8 @@ if skipped precision; then
 else
     start=$SECONDS
     available=$(($(left) - 15))
-    # the benchmark (priority 3) keeps about 55 s when there is enough time for both
-    deadline=$(min 150 $([ "$available" -gt 150 ] && echo $((available - 55)) || echo "$available"))
+    # at most 150 s; the benchmark (after it) keeps BENCH_KEEP_S of what is left, as long as this study gets 60 s
+    deadline=$(min "$available" $(min 150 $((available - BENCH_KEEP_S > 60 ? available - BENCH_KEEP_S : 60))))
     if [ "$deadline" -lt 30 ]; then
         phase precision "not run" 0 "no time left"
     else
@@ -275,7 +281,7 @@ if skipped bench; then
     phase bench skipped 0
 else
     start=$SECONDS
-    budget=$(min 50 $(($(left) - 10)))
+    budget=$(min $BENCH_MAX_S $(($(left) - 10)))
     if [ "$budget" -lt 30 ]; then
         phase bench "not run" 0 "no time left"
     else

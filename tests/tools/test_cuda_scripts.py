@@ -12,6 +12,10 @@ check its pieces one by one, each against a broken variant it must catch:
 - record_plain_outputs.py --shard/--merge: parts merge into the unsharded data, incomplete sets are refused;
 - cuda_precision.py: departures are found and counted (fails on: a comparison that ignores a differing token);
 - summarize.py: outcomes per class from a junit file, recordings compared;
+- bench_patched.py: the fork's default schedule (adaptive) by default and named in its results, 9 interleaved
+  repetitions with per-repetition ratios and the noise, both timings (synchronized at every forward, and plain), the
+  counts per call, and their way into summary.md (fails on: the worker's default heuristic, a single timing, ratios
+  of medians instead of per repetition);
 - run.sh: stops at once, with a summary, when build/cuda is missing or stale.
 """
 
@@ -348,6 +352,107 @@ def test_compare_recordings(tmp_path, capsys):
     assert out.startswith("DIFFERS") and "plain: A" in out
 
 
+# ---- bench_patched.py ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load("cuda_bench_patched", CUDA_SCRIPTS / "bench_patched.py")
+
+
+def test_bench_defaults(bench):
+    args = bench.parse_args([])
+    assert args.schedule.is_defaults()  # the fork's own schedule, not the worker's heuristic
+    assert args.reps >= 9
+    assert args.plan[0] == ("draft", "float32", 128)
+    # what the fork's GenerationConfig runs when nothing is set
+    from benchkit.worker import draft_defaults
+
+    assert draft_defaults()["schedule"] == "adaptive"
+    assert bench.parse_args(["--schedule", "heuristic"]).schedule.schedule == "heuristic"
+
+
+def _bench_run(tmp_path, *extra):
+    out = tmp_path / "bench.json"
+    command = [sys.executable, str(CUDA_SCRIPTS / "bench_patched.py"), "--device", "cpu", "--json", str(out)]
+    command += ["--markdown", str(tmp_path / "bench.md"), *extra]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return json.loads(out.read_text()), result.stdout.strip().splitlines()[-1]  # its last line: the short result
+
+
+def test_bench_run(tmp_path):
+    """9 repetitions of the tiny `loop` workload on the CPU: both timings, per-repetition ratios, the counts."""
+    report, stdout = _bench_run(tmp_path, "--plan", "loop:float32:24", "--reps", "9")
+    assert report["schedule"] == "adaptive" and report["schedule_setting"] == "defaults"
+    (result,) = report["results"]
+    assert result["schedule"] == "adaptive"
+    assert result["reps"] == result["reps_planned"] == 9
+    assert result["same_tokens"]
+    for timing in ("synced", "plain"):
+        measured = result["timings"][timing]
+        for key in ("greedy_ms_per_token", "assisted_ms_per_token", "greedy_again_ms_per_token"):
+            assert len(measured[key]) == 9
+        ratios = [
+            g / a for g, a in zip(measured["greedy_ms_per_token"], measured["assisted_ms_per_token"], strict=True)
+        ]
+        assert measured["ratios"] == pytest.approx(ratios)
+        assert measured["ratio"]["median"] == pytest.approx(sorted(ratios)[4])
+        assert len(measured["noise_ratios"]) == 9 and "noise_within_limit" in measured
+        counts = measured["counts"]["assisted"]
+        assert counts["calls"] == (9 if timing == "synced" else 1)
+        for key in ("rounds", "drafted", "accepted", "target_forwards_per_token"):
+            assert counts[key]["median"] >= 0
+        # every round runs one target forward and adds its accepted candidates and the target's token
+        assert counts["rounds"]["median"] + counts["accepted"]["median"] == pytest.approx(24, abs=1)
+    assert result["timings"]["synced"]["counts"]["greedy"]["target_forwards_per_token"]["median"] == 1.0
+    assert "plain generate" in report["timing_labels"]["plain"]
+    assert stdout.startswith("bench: loop float32, schedule adaptive (the fork's default), 9 reps")
+
+    # summary.md carries the benchmark's table, its schedule and both timings
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "bench.md").write_text((tmp_path / "bench.md").read_text())
+    (run / "phases.tsv").write_text(f"bench\tok\t12\t{stdout.removeprefix('bench: ')}\n")
+    summarize.main(["run", str(run), "--output", str(tmp_path / "summary.md")])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Draft-length schedule: **adaptive (the fork's default)**" in summary
+    assert "| loop | float32 | 24 | plain | 9 |" in summary and "| loop | float32 | 24 | synced | 9 |" in summary
+    assert "| bench | ok | 12 | loop float32, schedule adaptive" in summary
+    assert "candidates drafted" in summary
+
+
+def test_bench_heuristic_when_asked(tmp_path):
+    report, _ = _bench_run(tmp_path, "--plan", "loop:float32:16", "--reps", "1", "--schedule", "heuristic")
+    assert report["schedule"] == "heuristic" and report["schedule_setting"] == "heuristic from 5"
+    counts = report["results"][0]["timings"]["synced"]["counts"]["assisted"]
+    assert counts["drafted"]["median"] >= 15  # the heuristic drafts one candidate at least in every round
+    assert "(asked: heuristic from 5)" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_markdown_flags_noise_and_missing_repetitions(bench):
+    def timing(noise):
+        values = {"median": noise, "min": noise, "max": noise}
+        return {
+            "greedy_ms": {"median": 10.0, "min": 9.0, "max": 11.0},
+            "assisted_ms": {"median": 8.0, "min": 8.0, "max": 8.0},
+            "ratio": {"median": 1.25, "min": 1.2, "max": 1.3},
+            "ratios": [1.2, 1.25, 1.3],
+            "noise": values,
+            "noise_within_limit": abs(noise - 1) <= bench.NOISE_LIMIT,
+            "counts": {"assisted": None},
+        }
+
+    result = {"workload": "draft", "dtype": "float32", "tokens": 128, "reps": 3, "reps_planned": 9}
+    result.update(same_tokens=True, device_name="gpu", torch="2", clock="wall")
+    result["timings"] = {"synced": timing(1.01), "plain": timing(1.05)}
+    report = {"device": "cuda", "schedule": "adaptive", "schedule_setting": "defaults", "results": [result]}
+    text = bench.markdown(report)
+    row = "| draft | float32 | 128 | synced | 3 of 9 | 10.00 (9.00-11.00) | 8.00 | 1.250x (1.200-1.300) | 1.010 ok |"
+    assert row in text
+    assert "| plain | 3 of 9 |" in text and "1.050 **beyond 3%**" in text
+
+
 # ---- run.sh --------------------------------------------------------------------------------------------------------
 
 
@@ -390,7 +495,7 @@ def test_run_sh_stops_on_a_stale_series(tmp_path):
     (checkout / "build").mkdir()
     subprocess.run(["cp", "-a", str(REPO / "build" / "cuda"), str(checkout / "build")], check=True)
     series = checkout / "patches" / "series"
-    first = series.read_text().splitlines()[0]
+    first = next(line for line in series.read_text().splitlines() if line.strip() and not line.startswith("#"))
     (checkout / "patches" / first).write_text((checkout / "patches" / first).read_text() + "\n")
     result = _run_sh(checkout, tmp_path / "out")
     assert result.returncode == 2, result.stdout + result.stderr
