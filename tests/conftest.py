@@ -42,6 +42,9 @@ def pytest_report_header(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes minutes (creates a virtual environment and installs into it)")
+    config.addinivalue_line(
+        "markers", "real_models: uses the real checkpoints of `make real-models` (skips, saying so, without them)"
+    )
     # The tiny models gain nothing from intra-op threads, and pytest-xdist already runs one process per core: more
     # threads only oversubscribe the machine and make every test several times slower.
     torch.set_num_threads(1)
