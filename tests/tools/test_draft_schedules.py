@@ -21,10 +21,11 @@ from transformers.generation import utils as generation_utils  # noqa: E402
 NEW_TOKENS = 40
 
 
-class Recording:
+class Recording(draft_length.DraftLengthSchedule):
     """Wraps a schedule and records (drafted, accepted) per round."""
 
     def __init__(self, schedule):
+        super().__init__()
         self.schedule, self.rounds = schedule, []
         self.judges_prompt = schedule.judges_prompt
         self.prompt_positions = getattr(schedule, "prompt_positions", 0)
@@ -39,6 +40,9 @@ class Recording:
     def update(self, drafted, accepted):
         self.rounds.append((drafted, accepted))
         self.schedule.update(drafted, accepted)
+
+    def stop_reason(self):
+        return self.schedule.stop_reason()
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +82,7 @@ def pair():
 def test_replay_drafts_and_accepts_what_a_real_call_does(pair, make, monkeypatch):
     target, assistant, prompt, kwargs, mismatches, prompt_agreement = pair
     real = Recording(make())
-    monkeypatch.setattr(generation_utils, "get_draft_length_schedule", lambda *args: real)
+    monkeypatch.setattr(generation_utils, "get_draft_length_schedule", lambda *args, **kwargs: real)
     target.generate(prompt, assistant_model=assistant, **kwargs)
 
     replayed = Recording(make())
