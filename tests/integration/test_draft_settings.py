@@ -325,3 +325,32 @@ def test_the_cost_prior_counts_what_runs_per_token():
     ratio = draft_length._step_size(draft) / draft_length._step_size(model)
     layer = sum(p.numel() for p in model.transformer.h[0].parameters())
     assert ratio == pytest.approx((3 * layer + 64 * 4096 + 128) / (4 * layer + 64 * 4096 + 128), rel=1e-3)
+
+
+def test_an_assistant_that_agrees_is_tried_whatever_its_size():
+    """A GPT-2 draft of 3 of the model's 4 layers, the model's last layer made the identity: both compute the same
+    function, and the draft costs about 3/4 of the model per token by the prior. Its prompt agrees everywhere, so it is
+    judged in the first round and drafts in the next rounds, which measure what it costs."""
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=4, n_embd=64, n_head=2, vocab_size=128, n_positions=128)
+    target = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name in ("attn.c_proj", "mlp.c_proj"):
+            projection = target.transformer.h[3].get_submodule(name)
+            projection.weight.zero_()
+            projection.bias.zero_()
+    draft = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=64, n_head=2, vocab_size=128, n_positions=128)).eval()
+    draft.load_state_dict(target.state_dict(), strict=False)
+    prompt = torch.randint(0, 128, (1, 24), generator=torch.Generator().manual_seed(1))
+    assert 0.7 < draft_length._step_size(draft) / draft_length._step_size(target) < 0.8
+    greedy = target.generate(prompt, max_new_tokens=32, pad_token_id=0)
+    output = target.generate(prompt, assistant_model=draft, max_new_tokens=32, pad_token_id=0)
+    assert_same_tokens(greedy, output)
+    stats = target.last_assisted_decoding_stats
+    assert stats.num_drafted >= 2 and stats.num_accepted == stats.num_drafted, stats
+
+
+def test_the_model_as_its_own_assistant_is_not_tried():
+    target = _gpt2(2)
+    _greedy(target, assistant_model=target)
+    assert target.last_assisted_decoding_stats.num_drafted == 0

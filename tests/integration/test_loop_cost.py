@@ -13,6 +13,9 @@ What each test fails on:
   stock and upstream), for a model that does not declare it needs that.
 - `test_first_round_of_a_model_that_numbers_its_prompt_apart`: a loop that drafts in the first round of RoBERTa,
   whose uncached forward pass numbers a padded prompt otherwise than the cached passes (other tokens than greedy).
+- `test_rounds_without_candidates_cost_what_a_greedy_step_costs`: the series before its settings group, whose rounds
+  without candidates ran one more operation than greedy search's step (a column of the finished rows sliced every
+  round, the round's tokens sliced when all were kept, the last token sliced to look for EOS).
 - `test_rounds_without_candidates_do_not_sync`: a loop that compares candidates (and reads their number of matches)
   in rounds that drafted none, which the adaptive draft length runs when drafting does not pay.
 """
@@ -49,15 +52,20 @@ class _Count:
 
         is_sync = _is_sync()
         self.syncs = 0
+        self.operations = 0  # the torch calls outside the forward passes, attribute reads left out
         self.depth = 0
         self.target_forwards = 0
         self.target_input_lengths = []  # the number of tokens given to each forward pass of the target
         self.syncs_at_target_forwards = []  # the syncs counted before each forward pass of the target
+        self.operations_at_target_forwards = []  # the same for the operations
         counter = self
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                if counter.depth == 0 and is_sync(getattr(func, "__name__", ""), args):
+                name = getattr(func, "__name__", "")
+                if counter.depth == 0 and name != "__get__":
+                    counter.operations += 1
+                if counter.depth == 0 and is_sync(name, args):
                     counter.syncs += 1
                 return func(*args, **(kwargs or {}))
 
@@ -73,6 +81,7 @@ class _Count:
             if is_target and self.depth == 1:
                 self.target_forwards += 1
                 self.syncs_at_target_forwards.append(self.syncs)
+                self.operations_at_target_forwards.append(self.operations)
                 ids = kwargs.get("input_ids", args[0] if args else None)
                 self.target_input_lengths.append(ids.shape[1])
 
@@ -86,8 +95,8 @@ class _Count:
             handle.remove()
 
 
-def _counted(target, assistant, max_new_tokens):
-    inputs = dict(generation_inputs(target, "plain"), max_new_tokens=max_new_tokens)
+def _counted(target, assistant, max_new_tokens, **kwargs):
+    inputs = dict(generation_inputs(target, "plain"), max_new_tokens=max_new_tokens, **kwargs)
     # an EOS token that the tiny model never picks: the loop looks for it every round
     inputs.update(eos_token_id=target.config.vocab_size - 1, pad_token_id=0)
     counter = _Count(target, assistant)
@@ -159,3 +168,29 @@ def test_rounds_without_candidates_do_not_sync():
     at_forwards = counter.syncs_at_target_forwards
     per_round = [later - earlier for earlier, later in zip(at_forwards[:-1], at_forwards[1:], strict=True)]
     assert counter.target_forwards == 16 and max(per_round) <= 1, f"host-device syncs per round: {per_round}"
+
+
+def _between_target_forwards(counts):
+    return [later - earlier for earlier, later in zip(counts[:-1], counts[1:], strict=True)]
+
+
+def test_rounds_without_candidates_cost_what_a_greedy_step_costs():
+    """The model as its own assistant never pays: every round drafts nothing, and must run no more operations and
+    syncs outside the forward passes than a step of greedy search does."""
+    target = tiny_model(GPT2LMHeadModel, seed=0)
+    greedy = _Count(target)
+    inputs = dict(generation_inputs(target, "plain"), max_new_tokens=24)
+    inputs.update(eos_token_id=target.config.vocab_size - 1, pad_token_id=0)
+    try:
+        with greedy.mode:
+            run(target, **inputs)
+    finally:
+        greedy.remove()
+    assisted, _ = _counted(target, target, 24, num_assistant_tokens_schedule="adaptive")
+    assert target.last_assisted_decoding_stats.num_drafted == 0
+    greedy_steps = _between_target_forwards(greedy.operations_at_target_forwards)
+    rounds = _between_target_forwards(assisted.operations_at_target_forwards)
+    assert max(rounds) <= min(greedy_steps), f"operations per round {rounds}, per greedy step {greedy_steps}"
+    assert _between_target_forwards(assisted.syncs_at_target_forwards) == _between_target_forwards(
+        greedy.syncs_at_target_forwards
+    )
