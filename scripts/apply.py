@@ -6,7 +6,7 @@ The base is the release's full tree (src/, tests/, utils/, ...), because the ser
 Sources (`--source`, `SOURCE=` in the Makefile):
   git        shallow clone of tag v4.31.0 from the upstream repository, checked against the pinned commit
   ARCHIVE    a path to transformers-v4.31.0-full.tar.gz, checked against the pinned sha256 before it is unpacked,
-             then kept in build/cache/
+             then kept in build/cache/ (scripts/source_archive.py writes it from any clone of the tag)
   DIRECTORY  a git clone at the pinned commit, or an unpacked full tree: its files (as `git add --all` sees them,
              the tree's .gitignore applying) must have the pinned git tree id
   auto       git, then the archive in build/cache/, then the one in ../shared/upstream/ (the default)
@@ -60,8 +60,12 @@ from series import (  # noqa: E402
 
 APPLYING = "applying"
 SOURCE_HELP = (
-    f"choose one with SOURCE=git (clone the tag), SOURCE=/path/to/{ARCHIVE_NAME} (the release's full tree as an "
-    "archive) or SOURCE=/path/to/checkout (a clone of the tag, or the unpacked full tree)"
+    f"SOURCE= takes SOURCE=git (a shallow clone of tag {UPSTREAM_TAG} from GitHub: it needs the network), "
+    f"SOURCE=/path/to/{ARCHIVE_NAME} (the release's full tree as an archive, sha256 {ARCHIVE_SHA256[:16]}...) or "
+    f"SOURCE=/path/to/checkout (a clone of the tag, at commit {PINNED_COMMIT[:12]}, or the unpacked full tree). "
+    "Without GitHub here: on a machine with any clone of the tag, `make source-archive SOURCE_DIR=/path/to/clone` "
+    f"writes build/{ARCHIVE_NAME}; bring that file here and pass it as SOURCE= (or bring the clone and pass its "
+    "directory)"
 )
 # Never part of the pristine commit, whatever the source: what builds and test runs leave in a tree.
 IGNORED = ("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
@@ -211,7 +215,7 @@ def obtain_source(
         if archive is None:
             raise SeriesError(
                 f"could not get the transformers v{VERSION} source.\n  git: {git_error}\n  archive: no {ARCHIVE_NAME} "
-                f"in {cache} or at {', '.join(map(str, known))}\nWith no network, {SOURCE_HELP}."
+                f"in {cache} or at {', '.join(map(str, known))}\n{SOURCE_HELP}."
             ) from None
         print(f"notice: {git_error}; using {archive} instead")
         return obtain_source(str(archive), cache, workdir, url, pinned)
