@@ -36,6 +36,7 @@ class OpCounter:
 
         counts = self.counts = {}
         syncs = self.syncs = {}
+        self.marks = {}  # round number -> (operations, syncs) counted when it ended
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -48,6 +49,32 @@ class OpCounter:
                 return func(*args, **(kwargs or {}))
 
         self.mode = Mode()
+
+    def mark(self, round_number):
+        """Notes the counts at the end of round `round_number` (the last note of a round stands)."""
+        self.marks[round_number] = (sum(self.counts.values()), sum(self.syncs.values()))
+
+    def loop_per_round(self):
+        """(operations, syncs) per round between the end of the first noted round and the end of the last: what the
+        loop runs in a round, the call's set-up and its first round left out; None with fewer than two rounds."""
+        if len(self.marks) < 2:
+            return None
+        first, last = min(self.marks), max(self.marks)
+        (ops_first, syncs_first), (ops_last, syncs_last) = self.marks[first], self.marks[last]
+        return (ops_last - ops_first) / (last - first), (syncs_last - syncs_first) / (last - first)
+
+
+def per_round(run):
+    """(operations, syncs) outside the forwards per round of a counted run (per step of greedy search), or None for a
+    run that was not counted or failed: those of the loop, between the end of its first round and the end of its last
+    (`OpCounter.loop_per_round`), or in runs saved before these were noted the call's over its rounds (syncs nan in
+    runs saved before they were counted)."""
+    if not run or "failed" in run or run.get("ops_outside") is None or not run.get("rounds"):
+        return None
+    if run.get("ops_loop_per_round") is not None:
+        return run["ops_loop_per_round"], run["syncs_loop_per_round"]
+    syncs = run.get("syncs_outside")
+    return run["ops_outside"] / run["rounds"], (syncs / run["rounds"] if syncs is not None else float("nan"))
 
 
 def operation_counts(results, cases):

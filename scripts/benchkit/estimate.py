@@ -1,11 +1,11 @@
 """How long a full run would take, from the measurements of a QUICK run (`--estimate-from`, and printed at the end
 of every QUICK run): a full run has to fit in 40 minutes on two cores.
 
-Every measured call of the quick run is scaled to the full run: by the ratio of new tokens (time per token taken as
-constant, a slight overestimate for the short cases, whose first round weighs more), and, for the paired repetitions,
-by the ratio of repetitions of its group (the full run's minimum: optional repetitions only start within
-`FULL["budget_s"]`, which the minimum repetitions already exceed). What no call measures (starting the workers,
-building the models) is taken as it was. Pure Python: no torch.
+Every measured call of the quick run is scaled to the full run: by the ratio of new tokens after its first round (the
+prompt's round, encoders included, costs what it costs whatever the number of tokens; time per token taken as constant
+after it), and, for the paired repetitions, by the ratio of repetitions of its group (the full run's minimum: optional
+repetitions only start within `FULL["budget_s"]`, which the minimum repetitions already exceed). What no call measures
+(starting the workers, building the models) is taken as it was. Pure Python: no torch.
 """
 
 from .measure import FULL, QUICK
@@ -19,6 +19,17 @@ def reference_cases(cases):
         if CASES[case].kind == "generate":
             found.setdefault(greedy_name(CASES[case].greedy_key(True)), case)
     return found
+
+
+def token_scale(result, ratio):
+    """How much longer a call gets with `ratio` times the new tokens: its first round (`first_round`, the share of
+    the call's time to its first token) stays, the rest grows by `ratio`; the whole of it for calls that did not time
+    their first round."""
+    first, whole = result.get("first_round"), result.get("time")
+    if not first or not whole or not 0 < first <= whole:
+        return ratio
+    share = first / whole
+    return share + (1 - share) * ratio
 
 
 def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
@@ -35,7 +46,7 @@ def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
         phase = result["phase"]
         if phase in ("ab", "ops"):
             case = result.get("reference_for") or references.get(result["case"], result["case"])
-            scale = CASES[case].tokens / CASES[case].quick_tokens
+            scale = token_scale(result, CASES[case].tokens / CASES[case].quick_tokens)
             if phase == "ab":
                 group = CASES[case].group
                 scale *= full[f"{group}_reps"][0] / quick[f"{group}_reps"][0]

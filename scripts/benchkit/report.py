@@ -7,12 +7,23 @@ import sys
 from pathlib import Path
 
 from . import peers as peer_envs
-from .counting import operation_counts
+from .counting import operation_counts, per_round
 from .estimate import estimate_lines
 from .plots import plots
 from .sides import PATCHED, STOCK
-from .summary import summarize, summarize_asr, summarize_batch, worst_best_constant, worst_poor_draft
-from .workloads import ASR_SECONDS, CASES, GROUPS, HEADLINE, TRAINED_PAIR, TRAINED_PROMPT_LENGTH
+from .summary import summarize, summarize_asr, summarize_batch, targets, worst_best_constant, worst_poor_draft
+from .workloads import (
+    ASR_SECONDS,
+    CASES,
+    DISTIL_HEADS,
+    DISTIL_TARGET,
+    GROUPS,
+    HEADLINE,
+    NOISE_TOLERANCE,
+    POOR_DRAFT_LIMIT,
+    TRAINED_PAIR,
+    TRAINED_PROMPT_LENGTH,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # The generated section of benchmarks.md that a `--batch-only` run replaces.
@@ -295,9 +306,16 @@ def report(meta, info, sides, table, growth, files, results):
     for case in table:
         add(f"- `{case}` ({table[case]['tokens']} new tokens): {CASES[case].description}.")
     add("")
+    speech = [case for case in table if CASES[case].group == "whisper"]
     add(
         f"The trained prompt is {TRAINED_PROMPT_LENGTH} bytes of the held-out tail of the corpus; the random-weight "
-        "cases use a 16-token random prompt. With random weights the draft rarely agrees with the target except "
+        "cases use a 16-token random prompt"
+        + (
+            f" ({listing(f'`{case}`' for case in speech)}: the input features of a recording, see below)"
+            if speech
+            else ""
+        )
+        + ". With random weights the draft rarely agrees with the target except "
         "when it is the target itself (`self`) or a noisy copy (`partial`); the trained draft agrees as distilled "
         "drafts do."
     )
@@ -423,11 +441,20 @@ def report(meta, info, sides, table, growth, files, results):
         add(
             "Tensor operations run outside the model forwards, one call per side (counted, not timed, so free of the "
             "machine's noise: every torch function and tensor method called from Python, through "
-            "`torch.overrides.TorchFunctionMode`, attribute reads left out); per call, and per round in brackets:"
+            "`torch.overrides.TorchFunctionMode`, attribute reads left out); per call, and per round in brackets. "
+            "The last column sets the patched side's operations and host-device synchronizations (reading a value "
+            "out of a tensor, indexing with a mask: on a GPU, a stall) per round of the loop of its assisted call "
+            "beside greedy search's per step, both counted between the end of the first round and the end of the "
+            "last (the call's set-up and its first round left out): a round that drafts nothing should cost no more "
+            "than that step."
         )
         add("")
-        add("| case | greedy | " + " | ".join(side.label for side in sides) + " | patched - stock per round |")
-        add("|---|---|" + "---|" * len(sides) + "---|")
+        add(
+            "| case | greedy | "
+            + " | ".join(side.label for side in sides)
+            + " | patched - stock per round | **per round, patched / greedy: operations; syncs** |"
+        )
+        add("|---|---|" + "---|" * len(sides) + "---|---|")
 
         def ops_text(run):
             if run is None:
@@ -446,9 +473,10 @@ def report(meta, info, sides, table, growth, files, results):
             add(
                 f"| {case} | {ops_text(runs.get('greedy'))} | "
                 + " | ".join(ops_text(runs.get(side)) for side in names)
-                + f" | {difference} |"
+                + f" | {difference} | {beside_greedy(runs) or '-'} |"
             )
         add("")
+    lines.extend(distil_section(table, sides))
     lines.extend(sampling_section(sampling, sides, meta))
     if growth:
         marks = meta["marks"]
@@ -489,6 +517,112 @@ def report(meta, info, sides, table, growth, files, results):
     )
     add("")
     return "\n".join(lines)
+
+
+def beside_greedy(runs):
+    """The patched side's operations and syncs per round of its counted assisted call beside greedy search's per
+    step, as '4.0 / 5.0; 0.00 / 0.00', or None without both counts."""
+    patched, greedy = per_round(runs.get(PATCHED)), per_round(runs.get("greedy"))
+    if not patched or not greedy:
+        return None
+    return f"{patched[0]:.1f} / {greedy[0]:.1f}; {patched[1]:.2f} / {greedy[1]:.2f}"
+
+
+def limit_text(limit):
+    """A target's limit with two decimals at least: 1.10, 0.893."""
+    return f"{limit:.2f}" if round(limit, 2) == limit else f"{limit:g}"
+
+
+def target_text(judged, digits=3):
+    """A target's figure and verdict, as 'value (min-max), target <= limit: met', with the noise floor's word."""
+    value, limit = judged["value"], judged["limit"]
+    text = f"{ratio_text(value, digits)}, target <= {limit_text(limit)}: {'met' if judged['met'] else 'NOT met'}"
+    if judged["noise"] is None:
+        return text + " (no noise floor: stock's greedy runs are missing)"
+    within = "within" if judged["noise_ok"] else "OUTSIDE"
+    return (
+        text + f"; noise floor {ratio_text(judged['noise'], digits)}, {within} ±{NOISE_TOLERANCE:.0%}"
+        f"{'' if judged['noise_ok'] else ': not a verdict'}"
+    )
+
+
+def stats_text(stats):
+    """The patched fork's account of its calls of a case (`summary.decoding_summary`), in words."""
+    if not stats:
+        return "-"
+    text = (
+        f"{stats['rounds']:g} rounds, {stats['drafted']:g} drafted, {stats['accepted']:g} accepted "
+        f"(schedule `{stats['schedule']}`, medians of {stats['runs']} calls)"
+    )
+    if not stats["stopped"]:
+        return text + "; drafted to the end in every call"
+    reasons = "; ".join(f"{count} of {stats['runs']} calls: {reason}" for reason, count in stats["reasons"])
+    return f"{text}; drafted nothing or stopped drafting in {reasons}"
+
+
+def distil_section(table, sides):
+    """The distil-whisper-shaped cases: the patched side against greedy search and its targets, and what the fork
+    says of its calls (`last_assisted_decoding_stats`)."""
+    cases = [case for case in table if CASES[case].group == "whisper"]
+    if not cases:
+        return []
+    labels = {side.name: side.label for side in sides}
+    lines = ["## Distil-whisper-shaped pairs", ""]
+    add = lines.append
+    add(
+        f"A Whisper target built from a config ({DISTIL_TARGET['encoder_layers']} encoder layer, "
+        f"{DISTIL_TARGET['decoder_layers']} decoder layers, {DISTIL_TARGET['d_model']} wide, {DISTIL_HEADS} heads, "
+        "the 262-token byte-level vocabulary of the speech recognition workload: the decoder layers, not the output "
+        "projection, make the cost of a token) and an assistant made as distil-whisper is made, from the target's "
+        "encoder and the first of its decoder layers (embeddings, positions and final layer norm copied). In the "
+        "target the output projections of decoder layers 2-4 (`self_attn.out_proj`, `encoder_attn.out_proj`, `fc2`) "
+        "are zero, so that target and assistant compute the same function and every candidate is accepted, while "
+        "the target still runs its four layers. The prompt is the input features of one synthetic recording "
+        f"({ASR_SECONDS[0]:g} s, padded to 30 s of features: 1500 encoder positions), `forced_decoder_ids` None, no "
+        "EOS. `whisper-shared`: the assistant shares the target's encoder module (`assistant.model.encoder = "
+        "target.model.encoder`); `whisper-own`: it has its own copy; `whisper-own-poor`: an assistant of the same "
+        "shape with random weights of its own."
+    )
+    add("")
+    add(
+        "Assisted over greedy time per token, the patched side with its default schedule: the median of the ratios "
+        "paired per repetition (each assisted run next to its greedy run, min-max in brackets), judged where the "
+        "noise floor of the case (greedy patched/stock, the same loop on both sides) is within "
+        f"±{NOISE_TOLERANCE:.0%} of 1. The poor draft counts with the other poor drafts (at most "
+        f"{limit_text(POOR_DRAFT_LIMIT)} times greedy search's time). The rounds, candidates and reasons are the "
+        "fork's own account of each call (`last_assisted_decoding_stats`)."
+    )
+    add("")
+    add(
+        "| case | tokens | greedy ms/tok | patched ms/tok | **patched assisted/greedy** | other sides assisted/greedy "
+        "| reps | patched: the fork's account of its calls |"
+    )
+    add("|---|---|---|---|---|---|---|---|")
+    judged = targets(table)
+    for case in cases:
+        row = table[case]
+        slowdown = row["slowdown"].get(PATCHED)
+        if case in judged and judged[case][2]:
+            verdict_text = target_text(judged[case][2])
+        elif CASES[case].poor_draft and slowdown:
+            verdict_text = f"{ratio_text(slowdown)}, poor draft, at most {limit_text(POOR_DRAFT_LIMIT)}: " + (
+                "met" if slowdown[0] <= POOR_DRAFT_LIMIT else "NOT met"
+            )
+        else:
+            verdict_text = ratio_text(slowdown) if slowdown else "-"
+        others = "; ".join(
+            f"{labels.get(side, side)} {ratio_text(row['slowdown'][side], 2)}"
+            for side in row["slowdown"]
+            if side != PATCHED and not side.startswith("patched-k")
+        )
+        patched = row["side"].get(PATCHED)
+        add(
+            f"| {case} | {row['tokens']} | {ms(row['greedy'])} | {ms(patched['per_token']) if patched else '-'} "
+            f"| **{verdict_text}** | {others or '-'} | {row['reps']} "
+            f"| {stats_text(patched.get('decoding_stats')) if patched else '-'} |"
+        )
+    add("")
+    return lines
 
 
 def repetitions_text(rows, meta):
@@ -1130,8 +1264,14 @@ def publish_batch(docs_dir, info, sides, results, meta, json_path):
 
 def verdict(table, labels):
     """The run's closing lines: the noise floor, patched/stock, patched/best peer, the worst poor-draft case against
-    greedy, and patched against its best constant draft length (the worst of the cases whose drafts pay). SystemExit
-    without the headline."""
+    greedy, patched against its best constant draft length (the worst of the cases whose drafts pay), and the cases'
+    own targets (`target_lines`). SystemExit without the headline."""
+    return headline_lines(table, labels) + case_lines(table, labels)
+
+
+def headline_lines(table, labels):
+    """The verdict's lines of the headline case: noise floor, patched/stock, patched/best peer. SystemExit without
+    it."""
     head = table.get(HEADLINE)
     if not head or not head["ratio"]:
         raise SystemExit("bench: no headline: the trained case did not run on both stock and patched")
@@ -1152,6 +1292,12 @@ def verdict(table, labels):
         )
     else:
         lines.append(f"assisted patched/best peer time per token: n/a (no upstream side ran the {HEADLINE} case)")
+    return lines
+
+
+def case_lines(table, labels):
+    """The verdict's lines of the other cases: the worst poor draft, the best constant draft length, the targets."""
+    lines = []
     poor = [name for name, case in CASES.items() if case.poor_draft]
     worst = worst_poor_draft(table)
     if worst:
@@ -1177,6 +1323,24 @@ def verdict(table, labels):
         lines.append(
             "assisted patched/best constant draft length: n/a (no constant draft length ran; --constant-draft 1-10 "
             f"runs them on {', '.join(paying)})"
+        )
+    return lines + target_lines(table)
+
+
+def target_lines(table):
+    """One line per case with a target of its own (`workloads.TARGETS`): the patched side's assisted/greedy time per
+    token, the median of the paired ratios, against the target, with the noise floor of the case."""
+    lines = []
+    for case, (label, limit, judged) in targets(table).items():
+        if judged is None:
+            lines.append(
+                f"assisted/greedy time per token, {label}: n/a (target <= {limit_text(limit)}; {case} did not run on "
+                "the patched side)"
+            )
+            continue
+        lines.append(
+            f"assisted/greedy time per token, {label}: {target_text(judged)} ({case}, patched, median of "
+            f"{judged['reps']} paired runs; {judged['tokens']} tokens)"
         )
     return lines
 
@@ -1206,6 +1370,35 @@ def sampling_text(table, sides):
     return lines
 
 
+def counted_text(results, meta):
+    """The counted cases as the driver prints them: operations and syncs outside the forwards per round of the
+    patched side's assisted call, and per step of greedy search."""
+    cases = {case: CASES[case].greedy_key(meta["quick"]) for case in meta["cases"] if CASES[case].count_ops}
+    lines = []
+    for case, runs in operation_counts(results, cases).items():
+        text = beside_greedy(runs)
+        if text:
+            lines.append(
+                f"{case}: per round of the loop, patched / greedy: operations; syncs outside the forwards {text}"
+            )
+    return ([""] + lines) if lines else []
+
+
+def distil_text(table):
+    """The distil-whisper-shaped cases as the driver prints them: the patched side against greedy search, and the
+    fork's account of its calls."""
+    lines = []
+    for case, row in table.items():
+        if CASES[case].group != "whisper" or PATCHED not in row["side"]:
+            continue
+        slowdown = row["slowdown"][PATCHED]
+        lines.append(
+            f"{case}: patched assisted/greedy {ratio_text(slowdown)}, noise floor {ratio_text(row['noise'])}, "
+            f"{row['reps']} reps; {stats_text(row['side'][PATCHED].get('decoding_stats'))}"
+        )
+    return ([""] + lines) if lines else []
+
+
 def speedup_line(table):
     """The patched side's speedup over greedy search on the headline case (printed above the verdict)."""
     head = table.get(HEADLINE)
@@ -1230,10 +1423,11 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     names = [side.name for side in main]
     labels = {side.name: side.label for side in sides}
     print()
-    print(f"{'case':<11} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in main) + "   patched/stock")
+    width = max([11] + [len(case) for case in greedy_rows])
+    print(f"{'case':<{width}} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in main) + "   patched/stock")
     for case, row in greedy_rows.items():
         cells = " ".join(f"{cell(row, side, lambda v: ms(v['per_token'])):>10}" for side in names)
-        print(f"{case:<11} {ms(row['greedy']):>8} {cells}   {ratio_text(row['ratio'])}")
+        print(f"{case:<{width}} {ms(row['greedy']):>8} {cells}   {ratio_text(row['ratio'])}")
     for line in sampling_text(table, main):
         print(line)
     for case, row in table.items():
@@ -1243,6 +1437,10 @@ def publish(docs_dir, info, sides, results, meta, json_path):
                 f"{case}: best constant draft length {labels[row['best_constant']]} ({ms(best)} ms/tok), "
                 f"patched/best constant {ratio_text(row['constant_ratio'])}"
             )
+    for line in counted_text(results, meta):
+        print(line)
+    for line in distil_text(table):
+        print(line)
     print_batch(meta, results)
     for line in asr_text(meta, results):
         print(line)
@@ -1252,5 +1450,7 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     speedup = speedup_line(table)
     if speedup:
         print(speedup)
-    for line in verdict(table, labels):
+    # A run of chosen cases (--cases) without the headline closes with the lines of the cases it ran.
+    closing = verdict(table, labels) if HEADLINE in meta["cases"] else case_lines(table, labels)
+    for line in closing:
         print(line)

@@ -1,10 +1,11 @@
 """From measurements to tables: medians and min-max over the repetitions, ratios paired per repetition (from runs made
 next to each other), the token checks. Pure Python: the report and the tests use it on saved results."""
 
+import re
 import statistics
 
 from .sides import PATCHED, STOCK
-from .workloads import BATCH_METHODS, CASES, greedy_name
+from .workloads import BATCH_METHODS, CASES, NOISE_TOLERANCE, TARGETS, greedy_name
 
 
 def median(values):
@@ -137,7 +138,57 @@ def side_summary(measured, tokens):
         # every run generated the tokens asked for (no EOS: the same number on every side)
         "lengths_ok": all(m["new_tokens"] == tokens for m in measured),
         "runs": len(measured),
+        "decoding_stats": decoding_summary(measured),
     }
+
+
+def decoding_summary(measured):
+    """What the patched fork says of its calls (`last_assisted_decoding_stats`, recorded by the worker), over a
+    side's runs: the schedule, the medians of the rounds and of the candidates drafted and accepted, and the reasons
+    it gave for drafting nothing or stopping, each with the number of runs that gave it (reasons differing only in
+    their figures counted together, the first one's words kept); None where no run has it (the other versions)."""
+    stats = [m["decoding_stats"] for m in measured if m.get("decoding_stats")]
+    if not stats:
+        return None
+    reasons = {}
+    for values in stats:
+        if values.get("stop_reason"):
+            kind = re.sub(r"\d+(\.\d+)?", "#", values["stop_reason"])
+            reasons.setdefault(kind, [values["stop_reason"], 0])[1] += 1
+    return {
+        "runs": len(stats),
+        "schedule": stats[0]["schedule"],
+        "rounds": median([values["num_rounds"] for values in stats]),
+        "drafted": median([values["num_drafted"] for values in stats]),
+        "accepted": median([values["num_accepted"] for values in stats]),
+        "stopped": sum(count for _, count in reasons.values()),
+        "reasons": [tuple(reason) for reason in reasons.values()],
+    }
+
+
+def judge_target(row, limit, side=PATCHED):
+    """A case's target: `side`'s assisted over greedy time per token, the median of the ratios paired per repetition,
+    against `limit`. {"value": (median, min, max), "met": bool, "noise": (median, min, max) or None, "noise_ok":
+    whether the noise floor's median is within NOISE_TOLERANCE of 1 (None without one)}, or None where the side did not
+    run the case."""
+    value = row["slowdown"].get(side) if row else None
+    if not value or value[0] != value[0]:  # not run, or no paired repetition (nan)
+        return None
+    noise = row.get("noise")
+    return {
+        "value": value,
+        "limit": limit,
+        "met": value[0] <= limit,
+        "noise": noise,
+        "noise_ok": abs(noise[0] - 1.0) <= NOISE_TOLERANCE if noise else None,
+        "reps": row["reps"],
+        "tokens": row["tokens"],
+    }
+
+
+def targets(table):
+    """{case: (label, limit, judged or None)} of the cases with a target (`workloads.TARGETS`), in its order."""
+    return {case: (label, limit, judge_target(table.get(case), limit)) for case, (label, limit) in TARGETS.items()}
 
 
 def worst_poor_draft(table, side=PATCHED):

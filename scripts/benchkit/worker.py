@@ -34,6 +34,7 @@ stopping criteria once per round: once per token for greedy, once per verificati
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -150,6 +151,16 @@ def set_draft_length(assistant, draft, saved):
             config.assistant_confidence_threshold = draft.confidence
         elif draft.confidence:
             raise ValueError("this transformers has no `assistant_confidence_threshold`")
+
+
+def decoding_stats(model):
+    """What the patched fork's assisted decoding says of the model's last call (`last_assisted_decoding_stats`: its
+    schedule, rounds, candidates drafted and accepted, and why it drafted nothing or stopped drafting), or None where
+    the version keeps no such account."""
+    stats = getattr(model, "last_assisted_decoding_stats", None)
+    if stats is None or not dataclasses.is_dataclass(stats):
+        return None
+    return dataclasses.asdict(stats)
 
 
 class Worker:
@@ -288,6 +299,8 @@ class Worker:
 
             def __call__(self, input_ids, scores, **kwargs):
                 clock.round_end(input_ids.shape[-1])
+                if counter is not None:
+                    counter.mark(len(clock.rounds))
                 return False
 
         sampling = method == "sample" or temperature is not None
@@ -314,7 +327,10 @@ class Worker:
                 return {"workload": workload, "method": method, "failed": f"refuses: ValueError: {error}"}
             extra["assistant_model"] = assistant
         start_length = 1 if target.config.is_encoder_decoder else prompt["input_ids"].shape[1]
-        prompt_length = prompt["input_ids"].shape[1]
+        # tokens, or feature frames for a speech model (input_features)
+        prompt_length = prompt[target.main_input_name].shape[-1]
+        # The patched fork's own account of the call (rounds, candidates, why it stopped drafting), left by the call.
+        target.__dict__.pop("last_assisted_decoding_stats", None)
 
         clock.reset()
         counter = OpCounter(clock) if count_ops else None
@@ -344,6 +360,7 @@ class Worker:
             cpu = time.process_time() - cpu_start
 
         new_tokens = output.shape[1] - start_length
+        loop_counts = counter.loop_per_round() if counter is not None else None
         rounds = clock.rounds
         if not rounds or rounds[-1][1] < output.shape[1]:
             # The stopping criteria list stops asking at the first criterion that fires (the length limit, which
@@ -362,7 +379,11 @@ class Worker:
             forwards.append(calls - previous_calls)
             previous_length, previous_calls = length, calls
         if method == "assisted":
-            proposed = sum(max(calls - 1, 0) for calls in forwards)
+            # The encoders' forwards (once per call and model, in whichever round the version runs them) are not
+            # candidates.
+            encoders = {id(model.get_encoder()) for model in (target, assistant) if model.config.is_encoder_decoder}
+            encoder_calls = sum(clock.calls_by_module.get(encoder, 0) for encoder in encoders)
+            proposed = sum(max(calls - 1, 0) for calls in forwards) - encoder_calls
             accepted = sum(max(count - 1, 0) for count in added)
         else:
             proposed = accepted = 0
@@ -423,6 +444,10 @@ class Worker:
             "ops_by_name": counter.counts if counter is not None else None,
             "syncs_outside": sum(counter.syncs.values()) if counter is not None else None,
             "syncs_by_name": counter.syncs if counter is not None else None,
+            # per round of the loop, the call's set-up and first round left out
+            "ops_loop_per_round": loop_counts[0] if loop_counts else None,
+            "syncs_loop_per_round": loop_counts[1] if loop_counts else None,
+            "decoding_stats": decoding_stats(target) if method == "assisted" else None,
         }
 
     def batch_prompt(self, prompts, pad_token_id=0):

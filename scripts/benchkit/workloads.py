@@ -254,40 +254,52 @@ def asr_audio(rows):
     return audio
 
 
+def _whisper_config(shape, heads=2):
+    """A WhisperConfig of `shape` (d_model, encoder_layers, decoder_layers) over the byte-level vocabulary of
+    `asr_tokenizer`, with 30 s of features (1500 encoder positions) and nothing suppressed."""
+    from transformers import WhisperConfig
+
+    special = {token: 256 + index for index, token in enumerate(ASR_SPECIAL_TOKENS)}
+    return WhisperConfig(
+        vocab_size=256 + len(ASR_SPECIAL_TOKENS),
+        num_mel_bins=80,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=4 * shape["d_model"],
+        decoder_ffn_dim=4 * shape["d_model"],
+        max_source_positions=1500,
+        max_target_positions=448,
+        pad_token_id=special["<|endoftext|>"],
+        bos_token_id=special["<|endoftext|>"],
+        eos_token_id=special["<|endoftext|>"],
+        decoder_start_token_id=special["<|startoftranscript|>"],
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+        **shape,
+    )
+
+
+def _whisper_features(b, audio):
+    """The input features of `audio` (a list of recordings) as the default feature extractor makes them."""
+    from transformers import WhisperFeatureExtractor
+
+    features = WhisperFeatureExtractor()(audio, sampling_rate=16000, return_tensors="pt").input_features
+    return {"input_features": features.to(device=b.device, dtype=b.dtype)}
+
+
 @pair("whisper")
 def _whisper(b):
     # A Whisper target (1+4 layers, 128 wide) and a 1+1-layer assistant of the same width and vocabulary; the
     # assistant shares the target's token embeddings (tied to the output layer), so that it agrees with it on part of
     # the tokens. The pipeline's parts go to b.cache["whisper-parts"].
     import torch
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     tokenizer = asr_tokenizer()
-    special = {token: 256 + index for index, token in enumerate(ASR_SPECIAL_TOKENS)}
-
-    def config(shape):
-        return WhisperConfig(
-            vocab_size=256 + len(ASR_SPECIAL_TOKENS),
-            num_mel_bins=80,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=4 * shape["d_model"],
-            decoder_ffn_dim=4 * shape["d_model"],
-            max_source_positions=1500,
-            max_target_positions=448,
-            pad_token_id=special["<|endoftext|>"],
-            bos_token_id=special["<|endoftext|>"],
-            eos_token_id=special["<|endoftext|>"],
-            decoder_start_token_id=special["<|startoftranscript|>"],
-            begin_suppress_tokens=None,
-            suppress_tokens=None,
-            **shape,
-        )
-
     torch.manual_seed(10)
-    target = b.model(WhisperForConditionalGeneration, config(ASR_TARGET))
+    target = b.model(WhisperForConditionalGeneration, _whisper_config(ASR_TARGET))
     torch.manual_seed(11)
-    assistant = b.model(WhisperForConditionalGeneration, config(ASR_ASSISTANT))
+    assistant = b.model(WhisperForConditionalGeneration, _whisper_config(ASR_ASSISTANT))
     with torch.no_grad():
         assistant.get_decoder().embed_tokens.weight.copy_(target.get_decoder().embed_tokens.weight)
     for model in (target, assistant):
@@ -295,8 +307,81 @@ def _whisper(b):
     feature_extractor = WhisperFeatureExtractor()
     audio = asr_audio(ASR_BATCH_SIZE)
     b.cache["whisper-parts"] = {"tokenizer": tokenizer, "feature_extractor": feature_extractor, "audio": audio}
-    features = feature_extractor(audio[:1], sampling_rate=16000, return_tensors="pt").input_features
-    return target, assistant, {"input_features": features.to(device=b.device, dtype=b.dtype)}
+    return target, assistant, _whisper_features(b, audio[:1])
+
+
+# The distil-whisper-shaped pairs (`whisper-shared`, `whisper-own`, `whisper-own-poor`): a Whisper target whose
+# decoder layers cost more per token than its output projection (384 wide, 6 heads, 4 decoder layers over the
+# 262-token byte-level vocabulary), and an assistant made as distil-whisper is, from the target's encoder and the first
+# of its decoder layers. In the target, decoder layers 2-4 add nothing to the residual stream (their output
+# projections are zero): the target and the assistant compute the same function, so that the assistant's every
+# candidate is accepted, while the target still runs all four layers. Nothing in them is tied to a release: built from
+# configs under fixed seeds, prompted with the features of the first `asr_audio` recording.
+DISTIL_TARGET = {"d_model": 384, "encoder_layers": 1, "decoder_layers": 4}
+DISTIL_ASSISTANT = {"d_model": 384, "encoder_layers": 1, "decoder_layers": 1}
+DISTIL_HEADS = 6
+
+
+def _distil_target(b):
+    if "distil-whisper" not in b.cache:
+        import torch
+        from transformers import WhisperForConditionalGeneration
+
+        torch.manual_seed(12)
+        target = b.model(WhisperForConditionalGeneration, _whisper_config(DISTIL_TARGET, DISTIL_HEADS))
+        with torch.no_grad():
+            for layer in target.get_decoder().layers[1:]:
+                for projection in (layer.self_attn.out_proj, layer.encoder_attn.out_proj, layer.fc2):
+                    projection.weight.zero_()
+                    if projection.bias is not None:
+                        projection.bias.zero_()
+        target.generation_config.forced_decoder_ids = None
+        b.cache["distil-whisper"] = (target, _whisper_features(b, asr_audio(1)))
+    return b.cache["distil-whisper"]
+
+
+def _distil_assistant(b, seed, copy_of=None):
+    """A 1+1-layer assistant of the distil target's width, seeded; with `copy_of` (the target), its encoder and its
+    decoder's embeddings, positions, first layer and final layer norm are copies of the target's (modules of its own,
+    the weights copied)."""
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    torch.manual_seed(seed)
+    assistant = b.model(WhisperForConditionalGeneration, _whisper_config(DISTIL_ASSISTANT, DISTIL_HEADS))
+    if copy_of is not None:
+        with torch.no_grad():
+            assistant.get_encoder().load_state_dict(copy_of.get_encoder().state_dict())
+            decoder, source = assistant.get_decoder(), copy_of.get_decoder()
+            for name in ("embed_tokens", "embed_positions", "layer_norm"):
+                getattr(decoder, name).load_state_dict(getattr(source, name).state_dict())
+            decoder.layers[0].load_state_dict(source.layers[0].state_dict())
+    assistant.generation_config.forced_decoder_ids = None
+    return assistant
+
+
+@pair("whisper-shared")
+def _whisper_shared(b):
+    # The assistant runs the target's encoder module: the fork reuses the target's encoder outputs.
+    target, prompt = _distil_target(b)
+    assistant = _distil_assistant(b, 13, copy_of=target)
+    assistant.model.encoder = target.model.encoder
+    return target, assistant, prompt
+
+
+@pair("whisper-own", greedy="whisper-shared")
+def _whisper_own(b):
+    # The same assistant with an encoder of its own (a copy): the fork runs it at the first draft, if ever.
+    target, prompt = _distil_target(b)
+    return target, _distil_assistant(b, 13, copy_of=target), prompt
+
+
+@pair("whisper-own-poor", greedy="whisper-shared")
+def _whisper_own_poor(b):
+    # An assistant of the same shape with random weights of its own (encoder included): it agrees with the target
+    # by chance only.
+    target, prompt = _distil_target(b)
+    return target, _distil_assistant(b, 14), prompt
 
 
 TRAINED_PAIRS = ("trained", "trained-sampling")  # what needs `scripts/bench_train.py` (the second: --sampling)
@@ -323,7 +408,7 @@ class Case:
     tokens: int
     quick_tokens: int
     description: str
-    group: str  # "headline", "short", "sampling", "cheap" or "costly"
+    group: str  # "headline", "short", "sampling", "cheap", "whisper" or "costly"
     count_ops: bool = False
     poor_draft: bool = False
     best_constant: bool = False
@@ -415,12 +500,60 @@ CASES["asr-batch"] = Case(
     "asr",
     kind="asr",
 )
+# The distil-whisper-shaped cases. Upstream 4.35.2 and 4.36.2 run the same heuristic on them (the same rounds and
+# candidates): 4.36.2, the newer, stands for both. 5.23.0 is left out: its Whisper `generate` returns the sequences
+# without the decoder start token, so that its tokens cannot be checked against the other sides' greedy search.
+DISTIL_PEERS = ("4.36.2",)
+CASES["whisper-shared"] = Case(
+    "whisper-shared",
+    "whisper-shared",
+    96,
+    32,
+    "distil-whisper-shaped Whisper (1+4 layers, 384 wide) + its 1+1-layer copy (the encoder and the first decoder "
+    "layer; the target's other layers add nothing, so every candidate is accepted), the assistant sharing the "
+    "target's encoder module",
+    "whisper",
+    peers=DISTIL_PEERS,
+)
+CASES["whisper-own"] = Case(
+    "whisper-own",
+    "whisper-own",
+    96,
+    32,
+    "the same pair, the assistant with an encoder of its own (a copy of the target's)",
+    "whisper",
+    peers=DISTIL_PEERS,
+)
+CASES["whisper-own-poor"] = Case(
+    "whisper-own-poor",
+    "whisper-own-poor",
+    96,
+    32,
+    "the same target + a random 1+1-layer assistant of the same shape with an encoder of its own",
+    "whisper",
+    count_ops=True,
+    poor_draft=True,
+    peers=DISTIL_PEERS,
+)
+# The patched side's assisted decoding (its default schedule) against greedy search on these cases: the most time per
+# token it may take, the median of the ratios paired per repetition, each next to its greedy run. (The poor draft's,
+# 1.05, is judged with the other poor drafts.)
+TARGETS = {
+    "whisper-shared": ("distil-whisper shape, shared encoder", 0.893),  # 1.12 times greedy search's speed at least
+    "whisper-own": ("distil-whisper shape, own encoder", 1.10),
+}
+POOR_DRAFT_LIMIT = 1.05
+# A target is judged where the run's noise floor (greedy patched/stock, the same loop on both sides) is within this
+# much of 1.
+NOISE_TOLERANCE = 0.03
 HEADLINE = "trained"
 # Groups in the order their first repetitions run: the headline cases are the cheapest and get the most repetitions
 # (their ratios are the run's verdict; a shared machine's noise spreads single ratios by 15% or more); the short
 # poor-draft case many (a run of 16 tokens is short enough for the machine's noise to move its ratio by 10%, and a
-# probe's cost is a few percent of it); the other cheap cases many; the GPT-2 small ones cost most of the run.
-GROUPS = ["headline", "short", "sampling", "cheap", "costly"]
+# probe's cost is a few percent of it); the other cheap cases many; the distil-whisper-shaped cases, judged against
+# targets of their own, a few more than the cheap ones (a call takes about a second); the GPT-2 small ones cost most
+# of the run.
+GROUPS = ["headline", "short", "sampling", "cheap", "whisper", "costly"]
 SAMPLING_SEED = 1000  # the seed of repetition r is SAMPLING_SEED + r, the same on every side
 
 

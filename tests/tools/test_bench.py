@@ -79,7 +79,7 @@ def test_the_entry_scripts_stay_thin_and_importable():
 # ---- workloads, peers, sides, settings
 
 
-def test_every_case_names_a_pair_and_the_poor_drafts_are_the_four():
+def test_every_case_names_a_pair_and_the_poor_drafts_are_the_five():
     assert workloads.HEADLINE in workloads.CASES
     for case in workloads.CASES.values():
         assert case.pair in workloads.PAIRS and (case.group in workloads.GROUPS or case.kind == "asr")
@@ -89,10 +89,19 @@ def test_every_case_names_a_pair_and_the_poor_drafts_are_the_four():
         "draft-16",
         "partial",
         "self",
+        "whisper-own-poor",
     }
     # draft, self and partial share the GPT-2 small target: one greedy baseline per token count
     assert workloads.CASES["self"].greedy_key(False) == workloads.CASES["draft"].greedy_key(False) == ("draft", 128)
     assert workloads.CASES["loop"].greedy_key(True) == ("loop", 256)
+    # so do the distil-whisper-shaped cases
+    distil = [name for name, case in workloads.CASES.items() if case.group == "whisper"]
+    assert distil == ["whisper-shared", "whisper-own", "whisper-own-poor"]
+    assert {workloads.CASES[name].greedy_key(False) for name in distil} == {("whisper-shared", 96)}
+    assert {workloads.CASES[name].greedy_key(True) for name in distil} == {("whisper-shared", 32)}
+    # every group has its repetitions in both plans
+    for group in workloads.GROUPS:
+        assert f"{group}_reps" in measure.FULL and f"{group}_reps" in measure.QUICK
 
 
 def test_peers_are_pinned_exactly_with_the_local_torch():
@@ -175,7 +184,14 @@ def test_constant_draft_lengths_run_the_cases_whose_drafts_pay_only():
     for name, case in workloads.CASES.items():
         ran = sides.case_sides(case, run)
         assert ("patched-k10" in ran) == (name in paying)
-        assert {"stock", "5.23.0", "patched"} <= set(ran)
+        assert {"stock", "patched"} <= set(ran)
+        assert ("5.23.0" in ran) == (case.peers is None or "5.23.0" in case.peers)
+    # 5.23.0's Whisper generate returns its tokens without the decoder start token: it stays out of the distil cases
+    assert sides.case_sides(workloads.CASES["whisper-own"], sides.run_sides(list(peers.PEERS))) == [
+        "stock",
+        "4.36.2",
+        "patched",
+    ]
     # --constant-cases chooses others
     assert "patched-k1" in sides.case_sides(workloads.CASES["loop"], run, ["loop"])
     assert "patched-k1" not in sides.case_sides(workloads.CASES["trained"], run, ["loop"])
@@ -496,7 +512,12 @@ def test_the_verdict_ends_with_the_best_peer_and_the_worst_poor_draft():
         "assisted patched/best peer time per token",
         "assisted/greedy time per token, poor draft",
         "assisted patched/best constant draft length",
+        "assisted/greedy time per token, distil-whisper shape, shared encoder",
+        "assisted/greedy time per token, distil-whisper shape, own encoder",
     ]
+    # the distil-whisper-shaped cases did not run: their lines say so, with their targets
+    assert lines[5].endswith(": n/a (target <= 0.893; whisper-shared did not run on the patched side)")
+    assert lines[6].endswith(": n/a (target <= 1.10; whisper-own did not run on the patched side)")
     assert lines[2].startswith(
         f"assisted patched/best peer time per token: {2.7 / 2.4:.3f} (best peer: upstream 5.23.0 eager"
     )
@@ -699,3 +720,208 @@ def test_a_quick_run_estimates_the_full_run_by_tokens_and_repetitions():
     lines = estimate.estimate_lines(results, meta)
     assert lines[0].startswith(f"estimated full run: {total / 60:.1f} minutes")
     assert estimate.estimate_lines(results, dict(meta, quick=False)) == []
+    # a call's first round (the prompt's, encoders included) does not grow with the number of new tokens
+    whisper = {"phase": "ab", "case": "whisper-own", "wall": 1.0, "cpu": 1.0, "time": 1.0, "first_round": 0.4}
+    parts, _ = estimate.full_seconds([whisper], dict(meta, cases=["whisper-own"]))
+    reps = FULL["whisper_reps"][0] / QUICK["whisper_reps"][0]
+    assert parts["whisper-own"] == pytest.approx((0.4 + 0.6 * 96 / 32) * reps)
+    assert estimate.token_scale({"time": 1.0}, 3.0) == estimate.token_scale({}, 3.0) == 3.0
+
+
+# ---- the distil-whisper-shaped pairs
+
+
+def test_the_distil_pairs_compute_the_targets_function_with_an_encoder_shared_or_copied():
+    import torch
+    from transformers import GenerationConfig
+
+    worker = make_worker()
+    target, shared, prompt, _ = worker.workload("whisper-shared")
+    own_target, own, _, _ = worker.workload("whisper-own")
+    poor_target, poor, _, _ = worker.workload("whisper-own-poor")
+    # one target for the three (and one greedy reference), its decoder layers the cost of a token, not its output
+    assert own_target is target and poor_target is target
+    layers = target.get_decoder().layers
+    assert len(layers) == 4 and len(own.get_decoder().layers) == len(poor.get_decoder().layers) == 1
+    assert sum(p.numel() for p in layers.parameters()) > 20 * target.get_output_embeddings().weight.numel()
+    assert shared.get_encoder() is target.get_encoder()
+    assert own.get_encoder() is not target.get_encoder() and poor.get_encoder() is not target.get_encoder()
+    copied = own.get_encoder().state_dict()
+    assert all(torch.equal(copied[name], value) for name, value in target.get_encoder().state_dict().items())
+    for layer in layers[1:]:
+        for projection in (layer.self_attn.out_proj, layer.encoder_attn.out_proj, layer.fc2):
+            assert not projection.weight.any() and not projection.bias.any()
+    assert prompt["input_features"].shape == (1, 80, 3000)
+    config = GenerationConfig(
+        max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0, decoder_start_token_id=0
+    )
+    with torch.no_grad():
+        greedy = target.generate(**prompt, generation_config=config)
+        # the assistant computes the target's function: every candidate it drafts is accepted
+        assert torch.equal(own.generate(**prompt, generation_config=config), greedy)
+        assert torch.equal(shared.generate(**prompt, generation_config=config), greedy)
+        assert not torch.equal(poor.generate(**prompt, generation_config=config), greedy)
+
+
+def test_the_worker_leaves_the_encoders_out_of_the_candidates_and_keeps_the_forks_account():
+    # An encoder's forward pass is not a candidate: counted as one, the assistant's own encoder (run in the round of
+    # its first draft) would read as a rejected candidate, and the fork's account would disagree with the worker's.
+    worker = make_worker(draft=DraftLength.defaults())
+    greedy = worker.run("whisper-shared", "greedy", 16)
+    assert greedy["decoding_stats"] is None and greedy["new_tokens"] == 16
+    for name in ("whisper-shared", "whisper-own", "whisper-own-poor"):
+        answer = worker.run(name, "assisted", 16)
+        assert "failed" not in answer, answer
+        assert answer["new_tokens"] == 16 and answer["output_sha"] == greedy["output_sha"]
+        assert answer["prompt_length"] == 3000  # feature frames
+        stats = answer["decoding_stats"]
+        if stats is None:  # a transformers that keeps no account of its assisted calls (stock 4.31.0)
+            assert not hasattr(worker.workload(name)[0], "last_assisted_decoding_stats")
+            continue
+        assert stats["schedule"] == "adaptive"
+        counted = (answer["rounds"], answer["proposed"], answer["accepted"])
+        assert (stats["num_rounds"], stats["num_drafted"], stats["num_accepted"]) == counted
+        if name != "whisper-shared":
+            assert stats["num_drafted"] == 0 or stats["num_accepted"] <= stats["num_drafted"]
+            assert stats["num_drafted"] > 0 or stats["stop_reason"]
+
+
+def test_the_loop_is_counted_per_round_without_the_calls_set_up():
+    worker = make_worker()
+    counted = worker.run("loop", "greedy", 12, count_ops=True)
+    # greedy search runs the same operations in every step; the call's set-up comes on top of them
+    assert counted["ops_loop_per_round"] == int(counted["ops_loop_per_round"]) > 0
+    assert counted["ops_outside"] > counted["ops_loop_per_round"] * counted["rounds"]
+    assert counting.per_round(counted) == (counted["ops_loop_per_round"], counted["syncs_loop_per_round"])
+    assert worker.run("loop", "greedy", 4)["ops_loop_per_round"] is None
+    # runs saved before the loop was counted apart: the call's count over its rounds
+    saved = dict(counted, ops_loop_per_round=None, syncs_loop_per_round=None)
+    expected = (counted["ops_outside"] / counted["rounds"], counted["syncs_outside"] / counted["rounds"])
+    assert counting.per_round(saved) == pytest.approx(expected)
+    assert counting.per_round({"failed": "refuses: X"}) is None and counting.per_round(None) is None
+    # a round checked several times (after each accepted candidate) is noted at its last check
+    counter = counting.OpCounter(SimpleNamespace(depth=0))
+    for round_number, ops, syncs in ((1, 40, 1), (2, 45, 1), (2, 47, 2), (3, 55, 2)):
+        counter.counts["cat"], counter.syncs["item"] = ops, syncs
+        counter.mark(round_number)
+    assert counter.loop_per_round() == (7.5, 0.5)
+
+
+def distil_results(shared=0.6, own=1.02, poor=1.01, noise=1.0):
+    """Three repetitions of the distil-whisper-shaped cases on stock, 4.36.2 and patched, with the fork's account of
+    the patched calls, and the counted calls of the poor draft."""
+    results = []
+    stats = {
+        "whisper-shared": (6, 90, 90, None),
+        "whisper-own": (96, 0, 0, "the assistant's encoder would cost about {} forward passes of the model"),
+        "whisper-own-poor": (96, 0, 0, "the assistant's encoder would cost about {} forward passes of the model"),
+    }
+    for rep in range(3):
+        for case, slowdown in (("whisper-shared", shared), ("whisper-own", own), ("whisper-own-poor", poor)):
+            for side, scale in (("stock", 1.0), ("patched", noise)):
+                greedy = result("greedy:whisper-shared:96", side, rep, 10.0 * scale, "greedy", reference_for=case)
+                results.append(greedy | {"new_tokens": 96, "rounds": 96})
+            rounds, drafted, accepted, reason = stats[case]
+            account = {"schedule": "adaptive", "num_rounds": rounds, "num_drafted": drafted}
+            account |= {"num_accepted": accepted, "stop_reason": reason and reason.format(360 + rep)}
+            for side, per_token in (("stock", 13.0), ("4.36.2", 12.0), ("patched", 10.0 * noise * slowdown)):
+                run = result(case, side, rep, per_token, new_tokens=96, rounds=rounds)
+                results.append(run | {"decoding_stats": account if side == "patched" else None})
+    counted = {"phase": "ops", "rounds": 96, "ops_outside": 600, "syncs_outside": 0, "syncs_loop_per_round": 0.0}
+    results.append(counted | {"case": "greedy:whisper-shared:96", "side": "patched", "ops_loop_per_round": 5.0})
+    results.append(counted | {"case": "whisper-own-poor", "side": "patched", "ops_loop_per_round": 4.0})
+    results.append(counted | {"case": "whisper-own-poor", "side": "stock", "ops_loop_per_round": 37.0})
+    return results
+
+
+DISTIL = ["whisper-shared", "whisper-own", "whisper-own-poor"]
+
+
+def test_the_distil_targets_are_judged_by_the_paired_median_within_the_noise_floor():
+    run = named("stock", "4.36.2", "patched")
+    table, _ = summary.summarize(distil_results(), run, DISTIL)
+    judged = summary.targets(table)
+    assert list(judged) == ["whisper-shared", "whisper-own"]
+    label, limit, shared = judged["whisper-shared"]
+    assert (label, limit) == ("distil-whisper shape, shared encoder", 0.893)
+    assert shared["value"] == pytest.approx((0.6, 0.6, 0.6)) and shared["met"] and shared["noise_ok"]
+    assert judged["whisper-own"][2]["met"] and judged["whisper-own"][2]["limit"] == 1.10
+    lines = report.target_lines(table)
+    assert lines[0] == (
+        "assisted/greedy time per token, distil-whisper shape, shared encoder: 0.600 (0.600-0.600), target <= 0.893: "
+        "met; noise floor 1.000 (1.000-1.000), within ±3% (whisper-shared, patched, median of 3 paired runs; 96 "
+        "tokens)"
+    )
+    assert lines[1].startswith("assisted/greedy time per token, distil-whisper shape, own encoder: 1.020 (")
+    assert "target <= 1.10: met" in lines[1]
+    # the poor draft is judged with the others: the worst of them here
+    case, row = summary.worst_poor_draft(table)
+    assert case == "whisper-own-poor" and row["slowdown"]["patched"][0] == pytest.approx(1.01)
+    # a miss, and a noise floor beyond ±3%: no verdict
+    table, _ = summary.summarize(distil_results(shared=0.95, noise=1.05), run, DISTIL)
+    line = report.target_lines(table)[0]
+    assert "0.950 (0.950-0.950), target <= 0.893: NOT met; noise floor 1.050 (1.050-1.050), OUTSIDE ±3%" in line
+    assert line.split("OUTSIDE ±3%")[1].startswith(": not a verdict")
+
+
+def test_the_forks_account_of_its_calls_is_summed_up_and_reported():
+    run = named("stock", "4.36.2", "patched")
+    results = distil_results()
+    table, _ = summary.summarize(results, run, DISTIL)
+    assert table["whisper-shared"]["side"]["stock"]["decoding_stats"] is None
+    stats = table["whisper-own"]["side"]["patched"]["decoding_stats"]
+    assert (stats["runs"], stats["rounds"], stats["drafted"], stats["accepted"], stats["stopped"]) == (3, 96, 0, 0, 3)
+    # reasons that differ only in their figures count together, in the first one's words
+    assert stats["reasons"] == [("the assistant's encoder would cost about 360 forward passes of the model", 3)]
+    text = report.stats_text(stats)
+    assert text.startswith("96 rounds, 0 drafted, 0 accepted (schedule `adaptive`, medians of 3 calls)")
+    assert text.endswith("in 3 of 3 calls: the assistant's encoder would cost about 360 forward passes of the model")
+    assert report.stats_text(table["whisper-shared"]["side"]["patched"]["decoding_stats"]).endswith(
+        "drafted to the end in every call"
+    )
+    printed = report.distil_text(table)
+    assert printed[1].startswith("whisper-shared: patched assisted/greedy 0.600 (0.600-0.600), noise floor 1.000")
+    assert len(printed) == 4
+
+
+def test_the_report_gives_the_distil_pairs_a_section_and_counts_their_rounds_beside_greedy():
+    results, run, meta, info = fake_run()
+    results += distil_results()
+    meta["cases"] = meta["cases"] + DISTIL
+    table, growth = summary.summarize(results, run, meta["cases"])
+    text = report.report(meta, info, run, table, growth, [], results)
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## Machine and versions",
+        "## Cases",
+        "## Method",
+        "## Results",
+        "## Distil-whisper-shaped pairs",
+        "## Plots",
+        "## GPU",
+    ]
+    section = text.split("## Distil-whisper-shaped pairs")[1].split("## Plots")[0]
+    assert (
+        "| whisper-shared | 96 | 10000.00 | 6000.00 | **0.600 (0.600-0.600), target <= 0.893: met; noise floor"
+        in section
+    )
+    assert "| **1.010 (1.010-1.010), poor draft, at most 1.05: met** |" in section
+    assert "stock 4.31.0 1.30 (1.30-1.30); upstream 4.36.2 1.20 (1.20-1.20)" in section
+    assert (
+        "| 3 | 96 rounds, 0 drafted, 0 accepted (schedule `adaptive`, medians of 3 calls); drafted nothing" in section
+    )
+    # the counted rounds of the patched side beside greedy search's steps: operations; syncs
+    assert "| **per round, patched / greedy: operations; syncs** |" in text
+    assert "| whisper-own-poor | 600 (6) | 600 (6) | - | - | - | - | 600 (6) | +0 | 4.0 / 5.0; 0.00 / 0.00 |" in text
+    printed = report.counted_text(results, meta)
+    assert printed[1] == (
+        "whisper-own-poor: per round of the loop, patched / greedy: operations; syncs outside the forwards "
+        "4.0 / 5.0; 0.00 / 0.00"
+    )
+    # a run of these cases alone closes with their lines, without the headline's
+    closing = report.case_lines(table, {})
+    assert closing[0].startswith("assisted/greedy time per token, poor draft: 2.50 (partial")
+    assert [line.split(":")[0] for line in closing[-2:]] == [
+        "assisted/greedy time per token, distil-whisper shape, shared encoder",
+        "assisted/greedy time per token, distil-whisper shape, own encoder",
+    ]
