@@ -237,11 +237,41 @@ def upstream_test_paths(clone: Path, files: list[str], shared: bool, full: bool)
     return sorted({path for path in paths if (clone / path).exists()})
 
 
-def run_upstream_tests(clone: Path, python: str, paths: list[str], timeout: int, workers: int = 2) -> tuple[str, str]:
-    """('OK' | 'upstream' | 'timeout', output) of upstream's assisted tests in these paths of the clone."""
+KNOWN_FAILURES = REPO / "tests" / "upstream-known-failures.txt"
+KNOWN_IN_SERIES = REPO / "tests" / "upstream-known-failures-in-series.txt"
+
+
+def known_in_series(k: int, path: Path = KNOWN_IN_SERIES) -> list[str]:
+    """The lines of `path` (`test id  # until NNNN: reason`) whose patch NNNN comes after the prefix of `k` patches:
+    upstream's tests that may fail there, before the patch that fixes what they catch."""
+    if not path.exists():
+        return []
+    lines = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        test_id, _, comment = line.partition("#")
+        until, _, reason = comment.strip().partition(":")
+        if not until.startswith("until ") or not until[len("until ") :].isdigit() or not reason.strip():
+            raise SystemExit(f"{path}:{number}: expected `test id  # until NNNN: reason`")
+        if k < int(until[len("until ") :]):
+            lines.append(f"{test_id.strip()}  # {reason.strip()}")
+    return lines
+
+
+def run_upstream_tests(
+    clone: Path, python: str, paths: list[str], timeout: int, workers: int = 2, k: int | None = None
+) -> tuple[str, str]:
+    """('OK' | 'upstream' | 'timeout', output) of upstream's assisted tests in these paths of the clone (the prefix of
+    `k` patches: the known failures of `known_in_series` count there too)."""
     if not paths:
         return "OK", "upstream_tests: no upstream test file covers the patch"
     command = [python, str(REPO / "scripts" / "upstream_tests.py"), "--tree", str(clone), "-k", "assisted", "--slow"]
+    extra = known_in_series(k) if k is not None else []
+    if extra:
+        known = clone.parent / f"upstream-known-failures-{clone.name}.txt"
+        known.write_text(KNOWN_FAILURES.read_text(encoding="utf-8") + "\n".join(extra) + "\n", encoding="utf-8")
+        command += ["--known", str(known)]
     # Two xdist workers each import torch and collect every path: worth it only for more than a few test files.
     jobs = str(workers) if len(paths) > 4 else "1"
     out = clone.parent / f"upstream-tests-{clone.name}"
@@ -470,7 +500,7 @@ def check_prefix(args, tree: Path, k: int, name: str, count: int, is_group_end: 
     scope = "all" if classes is None else (f"{len(classes)} classes" if classes else "none")
     upstream = ""
     if verdict == "OK" and not (args.no_tests or args.no_upstream_tests):
-        verdict, upstream_output = run_upstream_tests(tree, args.python, upstream_paths, args.timeout, workers)
+        verdict, upstream_output = run_upstream_tests(tree, args.python, upstream_paths, args.timeout, workers, k=k)
         last = upstream_output.strip().splitlines()[-1] if upstream_output.strip() else "-"
         upstream = "; upstream -k assisted: " + last.split(": ", 1)[-1].split(" (junit xml")[0]
         output = upstream_output if verdict != "OK" else output
