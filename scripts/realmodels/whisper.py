@@ -125,6 +125,14 @@ def _attention(get: _Consumer, source: str, target: str, fused: str, tensors: di
     tensors[f"{target}.out_proj.bias"] = get(f"{source}/{out}/bias")
 
 
+def _feed_forward(get: _Consumer, source: str, target: str, tensors: dict[str, np.ndarray]) -> None:
+    """A layer's two linear layers and the layer norm before them (`fc1`, `fc2`, `final_layer_norm`)."""
+    for index, name in enumerate(("fc1", "fc2")):
+        tensors[f"{target}.{name}.weight"] = get(f"{source}/linear_{index}/weight")
+        tensors[f"{target}.{name}.bias"] = get(f"{source}/linear_{index}/bias")
+    _layer_norm(get, f"{source}/layer_norm", f"{target}.final_layer_norm", tensors)
+
+
 def _layer_norm(get: _Consumer, source: str, target: str, tensors: dict[str, np.ndarray]) -> None:
     tensors[f"{target}.weight"] = get(f"{source}/gamma")
     tensors[f"{target}.bias"] = get(f"{source}/beta")
@@ -150,11 +158,7 @@ def convert_weights(model: Ct2Model) -> tuple[dict[str, np.ndarray], dict[str, i
         source, target = f"encoder/layer_{i}", f"model.encoder.layers.{i}"
         _attention(get, f"{source}/self_attention", f"{target}.self_attn", "qkv", tensors)
         _layer_norm(get, f"{source}/self_attention/layer_norm", f"{target}.self_attn_layer_norm", tensors)
-        tensors[f"{target}.fc1.weight"] = get(f"{source}/ffn/linear_0/weight")
-        tensors[f"{target}.fc1.bias"] = get(f"{source}/ffn/linear_0/bias")
-        tensors[f"{target}.fc2.weight"] = get(f"{source}/ffn/linear_1/weight")
-        tensors[f"{target}.fc2.bias"] = get(f"{source}/ffn/linear_1/bias")
-        _layer_norm(get, f"{source}/ffn/layer_norm", f"{target}.final_layer_norm", tensors)
+        _feed_forward(get, f"{source}/ffn", target, tensors)
     _layer_norm(get, "encoder/layer_norm", "model.encoder.layer_norm", tensors)
 
     tensors["model.decoder.embed_tokens.weight"] = get("decoder/embeddings/weight")
@@ -167,11 +171,7 @@ def convert_weights(model: Ct2Model) -> tuple[dict[str, np.ndarray], dict[str, i
         _layer_norm(get, f"{source}/self_attention/layer_norm", f"{target}.self_attn_layer_norm", tensors)
         _attention(get, f"{source}/attention", f"{target}.encoder_attn", "q+kv", tensors)
         _layer_norm(get, f"{source}/attention/layer_norm", f"{target}.encoder_attn_layer_norm", tensors)
-        tensors[f"{target}.fc1.weight"] = get(f"{source}/ffn/linear_0/weight")
-        tensors[f"{target}.fc1.bias"] = get(f"{source}/ffn/linear_0/bias")
-        tensors[f"{target}.fc2.weight"] = get(f"{source}/ffn/linear_1/weight")
-        tensors[f"{target}.fc2.bias"] = get(f"{source}/ffn/linear_1/bias")
-        _layer_norm(get, f"{source}/ffn/layer_norm", f"{target}.final_layer_norm", tensors)
+        _feed_forward(get, f"{source}/ffn", target, tensors)
     _layer_norm(get, "decoder/layer_norm", "model.decoder.layer_norm", tensors)
     get.check_all_used()
 
