@@ -18,6 +18,8 @@ What each test fails on:
   round, the round's tokens sliced when all were kept, the last token sliced to look for EOS).
 - `test_rounds_without_candidates_do_not_sync`: a loop that compares candidates (and reads their number of matches)
   in rounds that drafted none, which the adaptive draft length runs when drafting does not pay.
+- `test_lookups_that_find_nothing_back_off_to_greedy_steps`: a prompt lookup that looks up in every round (every
+  round of text that never repeats runs the lookup and one more sync).
 """
 
 import copy
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import GPT2LMHeadModel, RobertaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, RobertaForCausalLM
 
 from integration._common import assert_same_tokens, run
 from support.assistants import reset_assistant
@@ -194,3 +196,44 @@ def test_rounds_without_candidates_cost_what_a_greedy_step_costs():
     assert _between_target_forwards(assisted.syncs_at_target_forwards) == _between_target_forwards(
         greedy.syncs_at_target_forwards
     )
+
+
+def _counting_gpt2(vocab=64):
+    """A GPT-2 whose greedy output is the last token plus one: its text never repeats, so lookups find nothing."""
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=1, n_head=2, n_positions=128, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            for projection in (block.attn.c_proj, block.mlp.c_proj):
+                projection.weight.zero_()
+                projection.bias.zero_()
+        model.transformer.wpe.weight.zero_()
+        model.lm_head.weight.copy_(model.transformer.ln_f(model.transformer.wte.weight).roll(1, dims=0))
+    return model
+
+
+def test_lookups_that_find_nothing_back_off_to_greedy_steps():
+    """On text that never repeats, prompt lookup finds nothing: after each miss the next 1, 2, 4, then 8 rounds look
+    nothing up and cost what a step of greedy search costs; only the 7 rounds of 40 that look up cost more."""
+    target = _counting_gpt2()
+    inputs = dict(input_ids=torch.arange(1, 9)[None], max_new_tokens=40, eos_token_id=63, pad_token_id=0)
+    greedy = _Count(target)
+    try:
+        with greedy.mode, torch.no_grad():
+            expected = target.generate(**inputs)
+    finally:
+        greedy.remove()
+    lookup = _Count(target)
+    try:
+        with lookup.mode, torch.no_grad():
+            output = target.generate(**inputs, prompt_lookup_num_tokens=4)
+    finally:
+        lookup.remove()
+    assert torch.equal(output, expected) and lookup.target_forwards == 40
+    greedy_step = min(_between_target_forwards(greedy.operations_at_target_forwards))
+    rounds = _between_target_forwards(lookup.operations_at_target_forwards)
+    costlier = [index for index, operations in enumerate(rounds) if operations > greedy_step]
+    # lookups at rounds 0, 2, 5, 10, 19, 28 and 37, each counted before the forward pass of its round
+    assert costlier == [1, 4, 9, 18, 27, 36], f"operations per round {rounds}, per greedy step {greedy_step}"
+    assert lookup.syncs - greedy.syncs <= 7, f"{lookup.syncs} syncs, greedy search {greedy.syncs}"
