@@ -19,6 +19,8 @@ Contract (greedy decoding, float32):
   tokens, and the pinned transcripts, of the pipeline without an assistant, at batch sizes 1 and 2. `generate` on the
   input features of a clip gives greedy's tokens with either draft, and the two drafts, being one computation, draft
   and get accepted alike.
+- Prompt lookup (`prompt_lookup_num_tokens=4`) on SmolLM2 returns greedy's tokens for the same prompts, alone and as
+  the padded batch, and the model accepts looked-up candidates where the prompt asks to repeat a sentence.
 - `last_assisted_decoding_stats` counts the rounds: each adds the candidates the model accepted and one token of the
   model's own, so the rounds and the accepted candidates add up to the new tokens.
 """
@@ -178,6 +180,28 @@ def test_smollm2_assisted_equals_greedy_in_a_padded_batch(smollm2):
         assert_counts_rounds(stats, new_tokens, f"(SmolLM2, padded batch, {schedule} schedule)")
         if schedule == "four-candidates":
             assert stats.num_drafted > 0, stats
+
+
+@real_models
+def test_smollm2_prompt_lookup_equals_greedy(smollm2):
+    """Prompt lookup, one prompt at a time and as the left-padded batch: the tokens of greedy search, and on the
+    prompt that asks to repeat a sentence, candidates looked up in the prompt are accepted."""
+    _, model, _ = smollm2
+    for names in [(name,) for name in SINGLE_PROMPTS] + [BATCH_PROMPTS]:
+        inputs, greedy = smollm2_greedy(smollm2, names)
+        model.last_assisted_decoding_stats = None
+        with torch.no_grad():
+            lookup = model.generate(
+                **inputs, max_new_tokens=SMOLLM2_NEW_TOKENS, do_sample=False, prompt_lookup_num_tokens=4
+            )
+        stats = model.last_assisted_decoding_stats
+        what = f"(SmolLM2, prompt lookup, prompts {names})"
+        assert greedy.shape == lookup.shape, f"{what}: {tuple(greedy.shape)} != {tuple(lookup.shape)}"
+        for row in range(greedy.shape[0]):
+            assert_same_tokens(greedy[row], lookup[row], f"{what}, row {row}")
+        assert_counts_rounds(stats, greedy.shape[1] - inputs.input_ids.shape[1], what)
+        if names == ("repeat",):
+            assert stats.num_accepted > 0, f"{what}: no looked-up candidate accepted: {stats}"
 
 
 # Whisper base and the drafts of its first decoder layers.
