@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 SCENARIOS = ("plain", "self", "token_type_ids", "left_pad", "enc_mask")
 BATCHED_TEST = "test_batched_assisted_vs_greedy"
+LOOKUP_TEST = "test_prompt_lookup_vs_greedy"
 TEST_RE = re.compile(r"^(test_\w+)\[(.+)\]$")
 
 MARKS = {
@@ -193,10 +194,12 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "4.31.0, *max score diff* the largest difference between assisted and greedy scores (`output_scores`) over "
         "the class's scenarios; these three on the patched side only (on stock the first two pass by construction). "
         "*batch*: a batch of three rows of different lengths, one reaching EOS early, against batched greedy search "
-        "(`tests/models/test_batched.py`; stock refuses batches).",
+        "(`tests/models/test_batched.py`; stock refuses batches). *lookup* counts the prompt lookup tests "
+        "(`tests/models/test_prompt_lookup_vs_greedy.py`: equal to greedy, or refused with the class's reason), "
+        "on the patched side only (stock has no prompt lookup).",
         "",
-        "| Class | Expected | " + " | ".join(SCENARIOS) + " | batch | max score diff | slicing | plain |",
-        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|---|",
+        "| Class | Expected | " + " | ".join(SCENARIOS) + " | batch | lookup | max score diff | slicing | plain |",
+        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|---|---|",
     ]
     summary = defaultdict(lambda: defaultdict(int))
     problems = []
@@ -222,16 +225,17 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
                 summary[f"{side}_batched"][result["outcome"]] += 1
                 if result["outcome"] in ("failed", "error") and side == "patched":
                     problems.append((f"{BATCHED_TEST}[{name}]", result))
+        lookup = tally(patched, LOOKUP_TEST, name)
         slicing = tally(patched, "test_slicing", name)
         plain = tally(patched, "test_plain_unchanged", name)
-        for function in ("test_slicing", "test_plain_unchanged"):
+        for function in (LOOKUP_TEST, "test_slicing", "test_plain_unchanged"):
             for (test, test_id), result in patched.items():
                 if test == function and test_id.split("-")[0] == name and result["outcome"] in ("failed", "error"):
                     problems.append((f"{function}[{test_id}]", result))
         lines.append(
             f"| {name} | {expected} | "
             + " | ".join(cells)
-            + f" | {max_score_diff(patched, name)} | {slicing} | {plain} |"
+            + f" | {lookup} | {max_score_diff(patched, name)} | {slicing} | {plain} |"
         )
 
     lines += ["", "## Summary", ""]
