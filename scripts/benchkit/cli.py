@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from . import peers as peer_envs
-from . import train
+from . import real, train
 from .estimate import estimate_lines
 from .measure import Bench, load_average
 from .report import command_line, publish, publish_batch
@@ -160,6 +160,15 @@ def run_cases(args):
     unknown = [case for case in cases + list(args.constant_cases or []) if case not in CASES]
     if unknown:
         raise SystemExit(f"bench: unknown case(s) {', '.join(unknown)} (known: {', '.join(CASES)})")
+    wanted = [case for case in cases if CASES[case].kind == "real"]
+    reason = real.missing() if wanted else None
+    if reason:
+        # Said loudly, once, and kept in the report: the other cases run as they do without the checkpoints.
+        print(f"!!! bench: the cases on real checkpoints ({', '.join(wanted)}) are SKIPPED: {reason}", flush=True)
+        args.real_skipped = reason
+        cases = [case for case in cases if case not in wanted]
+        if not cases:
+            raise SystemExit("bench: nothing left to run")
     return cases
 
 
@@ -253,6 +262,7 @@ def main(argv=None, description=None):
         "batch_only": args.batch_only,
         "batch": bench.batch_meta,
         "asr": bench.asr_meta,
+        "real": bench.real_meta,
         "plan": dict(bench.plan, budget_s=bench.budget),
         "sides": [side.name for side in sides],
         "side_specs": {side.name: side.to_json() for side in sides},

@@ -8,6 +8,7 @@ repetitions only start within `FULL["budget_s"]`, which the minimum repetitions 
 (starting the workers, building the models) is taken as it was. Pure Python: no torch.
 """
 
+from . import real
 from .measure import FULL, QUICK
 from .workloads import CASES, greedy_name
 
@@ -68,6 +69,8 @@ def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
             scale = CASES[case].tokens / CASES[case].quick_tokens * full["asr_reps"] / quick["asr_reps"]
         elif phase.startswith("asr"):
             part, scale = "asr-batch", 1.0
+        elif phase.startswith("real"):
+            part, scale = "real checkpoints", real.full_scale(result)
         else:
             part, scale = phase, 1.0
         parts[part] = parts.get(part, 0.0) + seconds * scale

@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import real
 from .sides import GREEDY_SIDES, PATCHED, case_sides, reference_sides
 from .workloads import ASR_BATCH_SIZE, BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name, sampling_seed
 
@@ -142,6 +143,7 @@ class Bench:
         self.case_sides = {case: case_sides(CASES[case], sides, self.constant_cases) for case in self.generate_cases}
         self.reference_sides = {case: reference_sides(CASES[case], sides) for case in self.generate_cases}
         self.asr_meta = None
+        self.real_meta = getattr(args, "real_skipped", None) and {"skipped": args.real_skipped}
         self.batch_sizes = batch_sizes
         self.results = []  # every measurement, in the order made
         self.start = time.perf_counter()
@@ -387,6 +389,13 @@ class Bench:
             self.batch_table()
         if any(CASES[case].kind == "asr" for case in self.cases):
             self.asr_table()
+        self.real_table()
+
+    def real_table(self):
+        """The cases on the real checkpoints (`benchkit.real`), if the run has any."""
+        cases = [case for case in self.cases if CASES[case].kind == "real"]
+        if cases:
+            self.real_meta = real.run(self, cases)
 
     def batch_measure(self, side, name, size, tokens, phase, rep=None):
         method, separate = BATCH_METHODS[name]

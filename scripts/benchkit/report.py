@@ -10,6 +10,7 @@ from . import peers as peer_envs
 from .counting import operation_counts, per_round
 from .estimate import estimate_lines
 from .plots import plots
+from .real import real_lines, real_section, summarize_real
 from .sides import PATCHED, STOCK
 from .summary import summarize, summarize_asr, summarize_batch, targets, worst_best_constant, worst_poor_draft
 from .workloads import (
@@ -1418,7 +1419,10 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     main = [side for side in sides if not side.is_constant]
     greedy_rows = {case: row for case, row in table.items() if row.get("sampling") is None}
     files = plots(greedy_rows, growth, meta, info, main, docs_dir)
-    (docs_dir / "benchmarks.md").write_text(report(meta, info, sides, table, growth, files, results))
+    real_table = summarize_real(results)
+    section = real_section(real_table, meta.get("real"))
+    text = report(meta, info, sides, table, growth, files, results)
+    (docs_dir / "benchmarks.md").write_text(text + ("\n" + "\n".join(section) if section else ""))
 
     names = [side.name for side in main]
     labels = {side.name: side.label for side in sides}
@@ -1451,6 +1455,11 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     if speedup:
         print(speedup)
     # A run of chosen cases (--cases) without the headline closes with the lines of the cases it ran.
-    closing = verdict(table, labels) if HEADLINE in meta["cases"] else case_lines(table, labels)
-    for line in closing:
+    if HEADLINE in meta["cases"]:
+        closing = verdict(table, labels)
+    elif any(CASES[case].kind != "real" for case in meta["cases"] if case in CASES):
+        closing = case_lines(table, labels)
+    else:
+        closing = []  # the real cases alone: their own lines
+    for line in closing + real_lines(real_table, meta.get("real")):
         print(line)

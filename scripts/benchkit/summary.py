@@ -37,6 +37,8 @@ def summarize(results, sides, cases, quick=False):
     constants = [side.name for side in sides if side.is_constant]
     table = {}
     for case in cases:
+        if CASES[case].kind == "real":
+            continue  # measured apart, summarized by `benchkit.real.summarize_real`
         runs = by_rep(results, case)
         # the case's own reference runs (runs saved before each case had its own share them)
         own = [result for result in results if result.get("reference_for", case) == case]

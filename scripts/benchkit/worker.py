@@ -16,6 +16,7 @@ stdout (everything the libraries print goes to stderr). Commands:
         "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
     {"op": "asr", "method": "greedy" | "assisted", "max_new_tokens": N, "batch_size": B}
         (the speech recognition pipeline on the whisper workload's recordings, B at a time: time per row, texts)
+    {"op": "real", "task": "generate" | "asr", ...}   (the cases on real checkpoints: `benchkit.real`)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
      "prompts": [[TOKEN, ...], ...], "separate": BOOL}
         (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
@@ -43,6 +44,7 @@ import time
 
 import torch
 
+from . import real
 from .clock import Clock
 from .counting import OpCounter
 from .settings import INITIAL_DRAFT_LENGTH, Settings
@@ -580,6 +582,8 @@ class Worker:
             return self.adopt_weights(command["workload"], command["path"])
         if op == "costs":
             return self.forward_costs(command["workload"])
+        if op == "real":
+            return real.answer(self, command)
         if op == "asr":
             return self.asr(command["method"], command["max_new_tokens"], command["batch_size"])
         if op == "batch":

@@ -401,7 +401,8 @@ class Case:
     lengths (`--constant-draft`, sides patched-kN) to find the best one in hindsight; `temperature`: a sampling case
     (top_k 0: the whole distribution), seeded per repetition, whose reference is plain sampling on the patched fork;
     `peers`: the only upstream sides that run it (None: all of them); `kind` "asr": batched speech recognition
-    through the pipeline, measured apart from the repetitions of the generate cases."""
+    through the pipeline, measured apart from the repetitions of the generate cases; "real": a case on the real
+    checkpoints (`benchkit.real`), measured apart too."""
 
     name: str
     pair: str
@@ -414,7 +415,7 @@ class Case:
     best_constant: bool = False
     temperature: float | None = None
     peers: tuple | None = None
-    kind: str = "generate"  # "asr": a pipeline workload of its own (`benchkit.measure.Bench.asr_table`)
+    kind: str = "generate"  # "asr": `benchkit.measure.Bench.asr_table`; "real": `benchkit.real`
 
     @property
     def sampling(self):
@@ -535,6 +536,20 @@ CASES["whisper-own-poor"] = Case(
     poor_draft=True,
     peers=DISTIL_PEERS,
 )
+# The cases on the real checkpoints of `make real-models` (`benchkit.real`): measured apart, on the patched side and
+# 5.23.0 with eager attention.
+REAL_PEERS = ("5.23.0-eager",)
+for _name, _description in (
+    ("lookup-grounded", "prompt lookup decoding, SmolLM2-135M-Instruct, input-grounded requests (ChatML)"),
+    ("lookup-open", "prompt lookup decoding, SmolLM2-135M-Instruct, open-ended questions (ChatML)"),
+    (
+        "lookup-batch",
+        "prompt lookup decoding, SmolLM2-135M-Instruct, 8 input-grounded requests as one left-padded batch",
+    ),
+    ("real-assisted", "SmolLM2-135M-Instruct assisted by a draft of its first 8 layers"),
+    ("real-asr", "the speech recognition pipeline, Whisper base + its first 2 decoder layers sharing its encoder"),
+):
+    CASES[_name] = Case(_name, "real", 64, 48, _description, "real", peers=REAL_PEERS, kind="real")
 # The patched side's assisted decoding (its default schedule) against greedy search on these cases: the most time per
 # token it may take, the median of the ratios paired per repetition, each next to its greedy run. (The poor draft's,
 # 1.05, is judged with the other poor drafts.)
