@@ -82,6 +82,8 @@ def test_the_entry_scripts_stay_thin_and_importable():
 def test_every_case_names_a_pair_and_the_poor_drafts_are_the_five():
     assert workloads.HEADLINE in workloads.CASES
     for case in workloads.CASES.values():
+        if case.kind == "real":  # measured apart on the real checkpoints (benchkit.real)
+            continue
         assert case.pair in workloads.PAIRS and (case.group in workloads.GROUPS or case.kind == "asr")
         assert workloads.PAIRS[case.pair].greedy in workloads.PAIRS
     assert {name for name, case in workloads.CASES.items() if case.poor_draft} == {
@@ -630,7 +632,7 @@ def test_the_sampling_draft_has_its_own_key_and_learns_the_targets_distributions
 def test_the_asr_case_is_measured_apart_with_a_tokenizer_built_here():
     case = workloads.CASES["asr-batch"]
     assert case.kind == "asr" and case.pair == "whisper" and case.group not in workloads.GROUPS
-    assert all(c.kind == "generate" for name, c in workloads.CASES.items() if name != "asr-batch")
+    assert all(c.kind in ("generate", "real") for name, c in workloads.CASES.items() if name != "asr-batch")
     tokenizer = workloads.asr_tokenizer()
     assert len(tokenizer) == 256 + len(workloads.ASR_SPECIAL_TOKENS)
     assert tokenizer.convert_tokens_to_ids("<|notimestamps|>") == len(tokenizer) - 1
@@ -925,3 +927,153 @@ def test_the_report_gives_the_distil_pairs_a_section_and_counts_their_rounds_bes
         "assisted/greedy time per token, distil-whisper shape, shared encoder",
         "assisted/greedy time per token, distil-whisper shape, own encoder",
     ]
+
+
+# ---- the cases on the real checkpoints (benchkit.real): prompts, order, token checks, lines; nothing is run
+
+
+def test_the_real_prompts_are_chatml_and_the_grounded_ones_carry_their_source():
+    from benchkit import real
+
+    for case in ("lookup-grounded", "lookup-open", "lookup-batch", "real-assisted"):
+        for text in real.prompts_of(case).values():
+            assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+            assert text.count("<|im_start|>") == 2
+    grounded = real.prompts_of("lookup-grounded")
+    assert len(grounded) >= 3 and len(real.prompts_of("lookup-open")) >= 3
+    assert real._PASSAGE in grounded["past-tense"] and real._CODE in grounded["rename"]
+    assert real._PARAGRAPH in grounded["summarize"] and real._NOTE in grounded["correct"]
+    # a request to change the text, never to copy it
+    requests = [text.split("\n")[1].lower() for text in grounded.values()]
+    assert not any("repeat" in request or "copy" in request for request in requests), requests
+    assert len(real.prompts_of("lookup-batch")) == 8
+    assert set(real.prompts_of("lookup-batch")) == set(real.GROUNDED) | set(real.MORE_GROUNDED)
+    assert not set(real.prompts_of("lookup-open")) & set(grounded)
+    for case in ("lookup-grounded", "lookup-open", "lookup-batch", "real-assisted", "real-asr"):
+        assert workloads.CASES[case].kind == "real" and case in real.PLAN
+        assert workloads.CASES[case].peers == (real.PEER,)
+
+
+def test_the_real_runs_of_each_ratio_stay_next_to_each_other():
+    from benchkit import real
+
+    for case, other in (("lookup-grounded", "lookup"), ("lookup-batch", "lookup"), ("real-asr", "assisted")):
+        for rep in range(4):
+            labels = [label for _, _, label in real.sequence(case, rep, real.PEER)]
+            assert abs(labels.index(other) - labels.index("greedy")) == 1, (case, rep, labels)
+    for rep in range(2):
+        runs = real.sequence("lookup-open", rep, real.PEER)
+        labels = [label for _, _, label in runs]
+        assert abs(labels.index("lookup") - labels.index("peer-lookup")) == 1
+        assert {"greedy", "greedy-again"} <= set(labels)
+        assert dict((label, side) for side, _, label in runs)["peer-lookup"] == real.PEER
+    # no peer on a batch (5.23.0 refuses it), none where the run has no 5.23.0 side
+    assert all(side == "patched" for side, _, _ in real.sequence("lookup-batch", 0, real.PEER))
+    assert all(side == "patched" for side, _, _ in real.sequence("lookup-grounded", 1, None))
+    command = real._command("lookup-batch", "lookup", 64, warmup=True)
+    assert command["batch"] and len(command["prompts"]) == 8
+    assert len(real._command("lookup-grounded", "greedy", 64, warmup=True)["prompts"]) == 1
+    assert len(real._command("real-asr", "assisted", 64)["clips"]) == len(real.CLIPS)
+
+
+def test_a_real_run_with_other_tokens_than_greedy_stops_the_benchmark_loudly():
+    from benchkit import real
+
+    greedy = {"rows": [[5, 6, 2], [7, 2]]}
+    real.check_tokens("lookup-grounded", "lookup", {"rows": [[5, 6, 2], [7, 2]]}, greedy)
+    with pytest.raises(SystemExit, match="DID NOT RETURN THE FORK'S GREEDY TOKENS"):
+        real.check_tokens("lookup-grounded", "peer-lookup", {"rows": [[5, 6, 2], [7, 8]]}, greedy)
+    with pytest.raises(SystemExit, match="FAILED"):
+        real.check_tokens("lookup-batch", "lookup", {"failed": "refuses: ValueError: no"}, greedy)
+
+
+def real_result(case, label, rep, time, calls=10, generated=10, stats=None, side="patched"):
+    return {
+        "phase": "real",
+        "case": f"real:{case}",
+        "label": label,
+        "rep": rep,
+        "side": side,
+        "time": time,
+        "per_token": time / generated,
+        "forward_time": time * 0.9,
+        "target_calls": calls,
+        "generated": generated,
+        "rows": [[1, 2]],
+        "stats": stats or [None],
+    }
+
+
+def test_the_real_lines_give_the_paired_medians_the_noise_floor_and_the_targets():
+    from benchkit import real
+
+    lookup_stats = [{"schedule": "prompt_lookup", "num_rounds": 6, "num_drafted": 9, "num_accepted": 4}]
+    results = []
+    for rep, (greedy, lookup, peer, again) in enumerate([(1.0, 0.6, 0.7, 1.0), (1.0, 0.5, 0.6, 1.02)]):
+        results += [
+            real_result("lookup-grounded", "greedy", rep, greedy),
+            real_result("lookup-grounded", "lookup", rep, lookup, calls=6, stats=lookup_stats),
+            real_result("lookup-grounded", "peer-lookup", rep, peer, calls=7, side=real.PEER),
+            real_result("lookup-grounded", "greedy-again", rep, again),
+            real_result("lookup-open", "greedy", rep, greedy),
+            real_result("lookup-open", "lookup", rep, 1.1, calls=9),
+            real_result("lookup-open", "greedy-again", rep, again),
+            real_result("lookup-batch", "greedy", rep, 2.0),
+            real_result("lookup-batch", "lookup", rep, 1.9),
+        ]
+    results.append({**real_result("lookup-grounded", "lookup", 0, 9.0), "phase": "real-warmup"})  # not counted
+    table = real.summarize_real(results)
+    assert table["lookup-grounded"]["reps"] == 2
+    assert table["lookup-grounded"]["ratio"] == pytest.approx((0.55, 0.5, 0.6))
+    assert table["lookup-grounded"]["noise"] == pytest.approx((1.01, 1.0, 1.02))
+    assert table["lookup-grounded"]["labels"]["lookup"]["target_forwards"] == pytest.approx(0.6)
+    meta = {"plan": {case: {"reps": 2, "tokens": 64} for case in real.PLAN}, "batch_probe": "refuses: ValueError"}
+    lines = real.real_lines(table, meta)
+    grounded = next(line for line in lines if line.startswith("prompt lookup/greedy time per token, grounded: "))
+    assert "0.550 (0.500-0.600), target <= 0.667: met" in grounded and "noise floor" in grounded
+    assert "1.010 (1.000-1.020)" in grounded and "median of 2 paired runs" in grounded
+    open_line = next(line for line in lines if line.startswith("prompt lookup/greedy time per token, open-ended: "))
+    assert "target <= 1.031: NOT met" in open_line
+    peer = next(line for line in lines if line.startswith("prompt lookup patched/5.23.0 time per token: "))
+    assert "target <= 0.952: met" in peer
+    forwards = next(line for line in lines if line.startswith("prompt lookup target forwards per token, grounded"))
+    assert "patched 0.600, 5.23.0 0.700" in forwards and "6/9/4" in forwards
+    batch = next(line for line in lines if "batch 8" in line)
+    assert "target < 1: met" in batch and "refuses" in batch
+    section = "\n".join(real.real_section(table, meta))
+    assert "## Real checkpoints" in section and "`lookup-open`" in section
+    assert real.real_lines({}, {"skipped": "no manifest.json"}) == ["real checkpoints: SKIPPED (no manifest.json)"]
+    assert real.real_lines({}, None) == []
+    # the cases of the paired repetitions leave the real ones alone
+    assert summary.summarize(results, [sides.patched_side()], ["lookup-grounded", "lookup-open"])[0] == {}
+
+
+def test_without_the_real_checkpoints_their_cases_are_skipped_loudly(tmp_path, monkeypatch, capsys):
+    from benchkit import cli, real
+
+    monkeypatch.setenv("REAL_MODELS_DIR", str(tmp_path / "nothing"))
+    assert "no manifest.json" in real.missing()
+    args = cli.parse_args(["--cases", "trained,lookup-grounded,real-asr"])
+    assert cli.run_cases(args) == ["trained"]
+    assert "SKIPPED" in capsys.readouterr().out and "no manifest.json" in args.real_skipped
+    with pytest.raises(SystemExit, match="nothing left to run"):
+        cli.run_cases(cli.parse_args(["--cases", "lookup-open"]))
+    (tmp_path / "nothing").mkdir()
+    (tmp_path / "nothing" / "manifest.json").write_text("{}")
+    assert "smollm2-135m-instruct/config.json is missing" in real.missing()
+
+
+def test_make_bench_builds_the_real_checkpoints_first_when_it_can():
+    import re
+
+    rule = re.search(r"^bench:(.*)$", (REPO / "Makefile").read_text(), re.MULTILINE).group(1).split("##")[0]
+    assert "real-models-if-available" in rule.split()
+
+
+def test_a_quick_run_of_the_real_cases_is_scaled_to_a_full_one():
+    from benchkit import real
+
+    (reps, tokens), (quick_reps, quick_tokens) = real.PLAN["lookup-grounded"]
+    result = real_result("lookup-grounded", "greedy", 0, 1.0)
+    assert real.full_scale(result) == pytest.approx(reps * tokens / (quick_reps * quick_tokens))
+    assert real.full_scale({**result, "phase": "real-warmup"}) == 1.0
