@@ -485,7 +485,7 @@ def run(bench, cases):
                 if label != "greedy":
                     check_tokens(case, label, found, answers["greedy"])
             greedy = answers["greedy"]
-            other = next(label for label in answers if label not in ("greedy", "greedy-again"))
+            other = "assisted" if "assisted" in answers else "lookup"
             unit, per = ("clip", "per_clip") if case == "real-asr" else ("tok", "per_token")
             print(
                 f"[{bench.elapsed():6.0f}s] real   {case:<15} rep {rep}  "
@@ -574,7 +574,7 @@ def schedule_text(stats):
     stops = [s["stop_reason"] for s in stats if s.get("stop_reason")]
     text = f"schedule `{stats[0]['schedule']}`, rounds/drafted/accepted per call {calls}"
     if not stops:
-        return text + "; drafted to the end of every call"
+        return text + "; no call stopped drafting"
     return text + f"; stopped drafting in {len(stops)} of {len(stats)} calls, the first because: {stops[0]}"
 
 
@@ -637,7 +637,7 @@ def real_lines(table, meta):
         lines.append(
             f"prompt lookup/greedy time per token, batch 8 (left padded, the fork's batched greedy search): "
             f"{_ratio(row['ratio'])}, {verdict}; median of {row['reps']} "
-            f"paired runs; 5.23.0: {meta.get('batch_probe', 'not asked')[:100]}"
+            f"paired runs; {schedule_text(row['stats'])}; 5.23.0: {meta.get('batch_probe', 'not asked')[:100]}"
         )
     row = table.get("real-assisted")
     if row is not None:

@@ -1428,7 +1428,10 @@ def publish(docs_dir, info, sides, results, meta, json_path):
     labels = {side.name: side.label for side in sides}
     print()
     width = max([11] + [len(case) for case in greedy_rows])
-    print(f"{'case':<{width}} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in main) + "   patched/stock")
+    if greedy_rows:
+        print(
+            f"{'case':<{width}} {'greedy':>8} " + " ".join(f"{side.short:>10}" for side in main) + "   patched/stock"
+        )
     for case, row in greedy_rows.items():
         cells = " ".join(f"{cell(row, side, lambda v: ms(v['per_token'])):>10}" for side in names)
         print(f"{case:<{width}} {ms(row['greedy']):>8} {cells}   {ratio_text(row['ratio'])}")
