@@ -5,6 +5,8 @@ kwarg), a lookup that reads padding or another row's tokens (other tokens than g
 an EOS, and a lookup that does not save forward passes on text that repeats.
 """
 
+import copy
+
 import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel
@@ -170,3 +172,64 @@ def test_encoder_decoder_looks_up_the_encoder_ids():
     lookup = model.generate(source, prompt_lookup_num_tokens=6, **kwargs)
     assert torch.equal(greedy, lookup)
     assert model.last_assisted_decoding_stats.num_accepted > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_return_sequences=2), "Prompt lookup decoding with greedy search returns one sequence"),
+        (dict(use_cache=False), "without `prompt_lookup_num_tokens`"),
+    ],
+)
+def test_errors_shared_with_assisted_generation_name_prompt_lookup(kwargs, message):
+    model = _gpt2()
+    with pytest.raises(ValueError, match=message):
+        model.generate(
+            torch.tensor([REPEATED]), max_new_tokens=4, pad_token_id=0, prompt_lookup_num_tokens=3, **kwargs
+        )
+
+
+def test_settings_on_a_generation_config_made_from_the_model_config_are_kept(copier, recwarn):
+    """A model built from its config gets a generation config made from it, which `generate()` makes again: the lookup
+    settings set on it are kept, as the draft settings are, without the warning about a modified model config."""
+    model = copy.deepcopy(copier)
+    assert model.generation_config._from_model_config
+    model.generation_config.prompt_lookup_num_tokens = 4
+    model.last_assisted_decoding_stats = None
+    model.generate(torch.tensor([REPEATED]), max_new_tokens=8, pad_token_id=0)
+    assert model.last_assisted_decoding_stats is not None and model.last_assisted_decoding_stats.num_drafted > 0
+    assert not [w for w in recwarn if "modified the pretrained model configuration" in str(w.message)]
+
+
+def test_a_decoder_start_token_is_not_looked_up():
+    """Bart starts its decoder with EOS, which ends its encoder input too: a lookup of the start token drafted the
+    start token again (EOS, never accepted). A decoder that holds its start token alone now drafts nothing."""
+    torch.manual_seed(7)
+    config = BartConfig(
+        vocab_size=99,
+        d_model=24,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+    )
+    model = BartForConditionalGeneration(config).eval()
+    source = torch.tensor([[71, 82, 18, 33, 46, 91, 2]])
+    lengths = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["decoder_input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        lookup = model.generate(source, max_new_tokens=6, prompt_lookup_num_tokens=3)
+    finally:
+        handle.remove()
+    assert torch.equal(lookup, model.generate(source, max_new_tokens=6))
+    assert lengths[0] == 1, f"tokens per verification: {lengths}"
