@@ -668,7 +668,8 @@ def real_section(table, meta):
         "repetitions; ratios paired per repetition (min-max in brackets). Every side's tokens are the fork's greedy "
         f"tokens. Prompt lookup drafts {LOOKUP_TOKENS} tokens, n-grams of 2 at most, on every side.",
         "",
-        "| case | reps | new tokens at most | greedy ms/tok | other ms/tok (label) | ratio | noise floor | target |",
+        "| case | reps | new tokens at most | greedy ms/tok (real-asr: ms/clip) | other sides, the same unit | ratio "
+        "| noise floor | target |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for case, row in table.items():
