@@ -44,12 +44,12 @@ CLIPS = (
     "sense_and_sensibility_01_austen_64kb-0930.wav",
 )
 # (repetitions, new tokens at most) per case, full and QUICK; WARMUP_TOKENS: new tokens of the warm-up calls.
-# About 6 minutes in all on two idle cores (a full run), and four times that with the cores shared.
+# About 6 minutes in all on the two shared cores of the project's machine (a full run), a little over half that QUICK.
 PLAN = {
-    "lookup-grounded": ((4, 64), (2, 32)),
-    "lookup-open": ((3, 64), (2, 32)),
-    "lookup-batch": ((2, 64), (1, 32)),
-    "real-assisted": ((2, 48), (1, 32)),
+    "lookup-grounded": ((3, 64), (2, 32)),
+    "lookup-open": ((2, 48), (2, 32)),
+    "lookup-batch": ((2, 48), (1, 32)),
+    "real-assisted": ((1, 32), (1, 32)),
     "real-asr": ((2, 64), (1, 64)),
 }
 WARMUP_TOKENS = 8
@@ -112,7 +112,6 @@ OPEN = {
     "habits": chat("What are three good habits for staying healthy while working from home?"),
     "sky": chat("Why is the sky blue? Explain it simply."),
     "story": chat("Write a short story about a lighthouse keeper who finds a message in a bottle."),
-    "language": chat("What should I consider when choosing a programming language for a new project?"),
 }
 ASSISTED_PROMPTS = ("past-tense", "rename", "sky", "habits")
 
