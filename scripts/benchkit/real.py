@@ -246,7 +246,8 @@ def _stats(model):
 
 
 def _timed(worker, call):
-    """(result of `call()`, seconds on the worker's clock, wall seconds); the clock's forward counts are reset."""
+    """(result of `call()`, seconds on the worker's clock, wall seconds, process CPU seconds); the clock's forward
+    counts are reset."""
     import time
 
     import torch

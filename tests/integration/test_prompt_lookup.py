@@ -34,6 +34,27 @@ def _copying_gpt2():
     return model.eval()
 
 
+def _bart_config(vocab_size, d_model, layers, **kwargs):
+    """A tiny Bart that starts its decoder with EOS (2), as Bart checkpoints do, with no forced tokens."""
+    return BartConfig(
+        vocab_size=vocab_size,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        **kwargs,
+    )
+
+
 @pytest.fixture(scope="module")
 def copier():
     return _copying_gpt2()
@@ -140,24 +161,7 @@ def test_with_an_assistant_is_refused():
 
 def test_encoder_decoder_looks_up_the_encoder_ids():
     torch.manual_seed(0)
-    config = BartConfig(
-        vocab_size=40,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=64,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        forced_bos_token_id=None,
-        forced_eos_token_id=None,
-    )
-    model = BartForConditionalGeneration(config)
+    model = BartForConditionalGeneration(_bart_config(vocab_size=40, d_model=32, layers=1, max_position_embeddings=64))
     source = torch.tensor([[0] + list(range(4, 24)) + [2]])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(80):  # learn to copy the source
@@ -205,23 +209,7 @@ def test_a_decoder_start_token_is_not_looked_up():
     """Bart starts its decoder with EOS, which ends its encoder input too: a lookup of the start token drafted the
     start token again (EOS, never accepted). A decoder that holds its start token alone now drafts nothing."""
     torch.manual_seed(7)
-    config = BartConfig(
-        vocab_size=99,
-        d_model=24,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        forced_bos_token_id=None,
-        forced_eos_token_id=None,
-    )
-    model = BartForConditionalGeneration(config).eval()
+    model = BartForConditionalGeneration(_bart_config(vocab_size=99, d_model=24, layers=2)).eval()
     source = torch.tensor([[71, 82, 18, 33, 46, 91, 2]])
     lengths = []
     handle = model.register_forward_pre_hook(
