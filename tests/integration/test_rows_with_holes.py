@@ -1,0 +1,231 @@
+"""Assisted generation of a batch whose rows keep all their accepted candidates (rows with holes).
+
+For the classes that declare `_supports_rows_with_holes` (GPT-2, Llama, GPT-NeoX, OPT, Bloom), a left-padded batch
+of 4 or 8 rows of different lengths, with an assistant that is a lightly noised copy of the model (it agrees often,
+and differently per row) and a constant draft length of 4:
+
+- every row equals batched greedy search of the same padded batch, also when rows end at different steps on an EOS;
+- the model runs at most 1.10 times the forward passes of the batch's slowest row generating alone (rows that stay
+  aligned accept, each round, what the row accepting fewest accepts, and run far more);
+- with sampling, the call runs and every row holds valid tokens, padding only after its EOS;
+- with a logits processor that reads the sequences, the rows stay aligned and still equal greedy search.
+"""
+
+import copy
+
+import pytest
+import torch
+from transformers import (
+    BloomForCausalLM,
+    GPT2LMHeadModel,
+    GPTNeoXForCausalLM,
+    LlamaForCausalLM,
+    OPTForCausalLM,
+    StoppingCriteriaList,
+)
+
+from transformers.generation.stopping_criteria import MaxNewTokensCriteria
+
+from support.tiny_models import tiny_model
+
+CLASSES = [GPT2LMHeadModel, LlamaForCausalLM, GPTNeoXForCausalLM, OPTForCausalLM, BloomForCausalLM]
+MAX_NEW_TOKENS = 20
+PAD = 0
+MAX_FORWARD_RATIO = 1.10
+
+
+def _models(cls, noise=0.04):
+    model = tiny_model(cls, seed=0)
+    assistant = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in assistant.parameters():
+            noise_tensor = torch.randn(parameter.shape, generator=generator).to(parameter.device)
+            parameter.add_(noise * parameter.std().nan_to_num(0.0) * noise_tensor)
+    assistant.generation_config.num_assistant_tokens = 4
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    return model, assistant
+
+
+def _batch(model, rows, seed=0):
+    """`rows` prompts of lengths 3 to 10, left-padded with `PAD`."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    lengths = [3 + (7 * row) % 8 for row in range(rows)]
+    width = max(lengths)
+    input_ids = torch.full((rows, width), PAD, dtype=torch.long)
+    attention_mask = torch.zeros((rows, width), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        input_ids[row, width - length :] = torch.randint(5, vocab, (length,), generator=generator)
+        attention_mask[row, width - length :] = 1
+    device = model.device
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def _generate(model, input_ids, attention_mask, assistant=None, **kwargs):
+    kwargs = dict(dict(max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=PAD), **kwargs)
+    if assistant is not None:
+        kwargs.update(assistant_model=assistant, num_assistant_tokens=4, num_assistant_tokens_schedule="constant")
+    with torch.no_grad():
+        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+
+class _ForwardCount:
+    def __init__(self, model):
+        self.count = 0
+        self.handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.count += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+def _eos(greedy, prompt_width):
+    """A token that the first row generates a few tokens in, and not before: rows end at different steps."""
+    new_tokens = greedy[0, prompt_width:].tolist()
+    return next((token for i, token in enumerate(new_tokens[3:], 3) if token not in new_tokens[:i]), None)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_class_declares_rows_with_holes(cls):
+    assert getattr(cls, "_supports_rows_with_holes", False) is True
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_rows_equal_batched_greedy(cls, rows):
+    model, assistant = _models(cls)
+    input_ids, attention_mask = _batch(model, rows)
+    greedy = _generate(model, input_ids, attention_mask)
+    assisted = _generate(model, input_ids, attention_mask, assistant)
+    assert assisted.tolist() == greedy.tolist()
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_rows_ending_on_eos_equal_batched_greedy(cls, rows):
+    model, assistant = _models(cls)
+    input_ids, attention_mask = _batch(model, rows, seed=1)
+    eos = _eos(_generate(model, input_ids, attention_mask), input_ids.shape[1])
+    assert eos is not None
+    greedy = _generate(model, input_ids, attention_mask, eos_token_id=eos)
+    assisted = _generate(model, input_ids, attention_mask, assistant, eos_token_id=eos)
+    assert assisted.tolist() == greedy.tolist()
+    # (the step where each row ends: its EOS, or the last one)
+    ends = [row.index(eos) if eos in row else len(row) for row in greedy[:, input_ids.shape[1] :].tolist()]
+    assert min(ends) < MAX_NEW_TOKENS and len(set(ends)) > 1, f"the rows end at steps {ends}"
+
+
+def forward_counts(cls, rows):
+    """The model's forward passes for the batch, and for its slowest row generating alone (unpadded)."""
+    model, assistant = _models(cls)
+    input_ids, attention_mask = _batch(model, rows)
+    with _ForwardCount(model) as batch:
+        _generate(model, input_ids, attention_mask, assistant)
+    alone = []
+    for row in range(rows):
+        row_ids = input_ids[row : row + 1, attention_mask[row].bool()]
+        with _ForwardCount(model) as count:
+            _generate(model, row_ids, torch.ones_like(row_ids), assistant)
+        alone.append(count.count)
+    return batch.count, max(alone)
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_batch_runs_as_many_forward_passes_as_its_slowest_row(cls, rows):
+    batch, slowest = forward_counts(cls, rows)
+    assert slowest < MAX_NEW_TOKENS, "the assistant must agree in part"
+    assert batch <= MAX_FORWARD_RATIO * slowest, f"{batch} forward passes for a batch whose slowest row runs {slowest}"
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_sampling_rows_hold_valid_tokens(cls, rows):
+    model, assistant = _models(cls)
+    input_ids, attention_mask = _batch(model, rows, seed=2)
+    eos = _eos(_generate(model, input_ids, attention_mask), input_ids.shape[1])
+    torch.manual_seed(0)
+    sampled = _generate(model, input_ids, attention_mask, assistant, do_sample=True, eos_token_id=eos)
+    width = input_ids.shape[1]
+    assert sampled.shape[0] == rows and width < sampled.shape[1] <= width + MAX_NEW_TOKENS
+    assert sampled[:, :width].tolist() == input_ids.tolist()
+    new_tokens = sampled[:, width:]
+    assert ((new_tokens >= 0) & (new_tokens < model.config.vocab_size)).all()
+    for row in new_tokens.tolist():
+        end = row.index(eos) + 1 if eos in row else len(row)
+        assert end == len(row) or set(row[end:]) == {PAD}, "padding only after the row's EOS"
+        assert end == len(row) or eos in row[:end]
+    # the same seed gives the same tokens
+    torch.manual_seed(0)
+    again = _generate(model, input_ids, attention_mask, assistant, do_sample=True, eos_token_id=eos)
+    assert again.tolist() == sampled.tolist()
+
+
+def test_top_k_1_sampling_equals_batched_greedy():
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4)
+    greedy = _generate(model, input_ids, attention_mask)
+    torch.manual_seed(0)
+    sampled = _generate(model, input_ids, attention_mask, assistant, do_sample=True, top_k=1)
+    assert sampled.tolist() == greedy.tolist()
+
+
+def test_processor_reading_the_sequences_keeps_rows_aligned():
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4)
+    greedy = _generate(model, input_ids, attention_mask, repetition_penalty=1.5, no_repeat_ngram_size=2)
+    assisted = _generate(model, input_ids, attention_mask, assistant, repetition_penalty=1.5, no_repeat_ngram_size=2)
+    assert assisted.tolist() == greedy.tolist()
+
+
+def test_undeclared_assistant_keeps_rows_aligned():
+    """An assistant that does not declare it keeps the rows aligned: the same tokens, more forward passes."""
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4)
+    greedy = _generate(model, input_ids, attention_mask)
+    assistant._supports_rows_with_holes = False
+    with _ForwardCount(model) as aligned:
+        assisted = _generate(model, input_ids, attention_mask, assistant)
+    assert assisted.tolist() == greedy.tolist()
+    del assistant._supports_rows_with_holes
+    with _ForwardCount(model) as with_holes:
+        _generate(model, input_ids, attention_mask, assistant)
+    assert with_holes.count < aligned.count
+
+
+@pytest.mark.parametrize("eos", [False, True])
+def test_one_sync_per_round(eos):
+    """A round reads what it needs (the most candidates a row keeps, whether rows are left, how many tokens they may
+    still get) in one host-device sync, with or without an EOS token."""
+    from integration.test_loop_cost import _Count
+
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4)
+    kwargs = {"eos_token_id": model.config.vocab_size - 1} if eos else {}
+    counter = _Count(model, assistant)
+    try:
+        with counter.mode:
+            _generate(model, input_ids, attention_mask, assistant, **kwargs)
+    finally:
+        counter.remove()
+    at_forwards = counter.syncs_at_target_forwards
+    per_round = [later - earlier for earlier, later in zip(at_forwards[:-1], at_forwards[1:], strict=True)]
+    assert len(per_round) >= 2 and max(per_round) <= 1, f"host-device syncs per round: {per_round}"
+
+
+def test_a_second_length_limit_keeps_rows_aligned():
+    """A length limit of the caller's besides `max_new_tokens` is honoured: the rows stay aligned, as greedy search
+    stops them."""
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4)
+    with pytest.warns(FutureWarning):  # (deprecated, but taken)
+        limit = StoppingCriteriaList([MaxNewTokensCriteria(input_ids.shape[1], 7)])
+    greedy = _generate(model, input_ids, attention_mask, stopping_criteria=limit)
+    assisted = _generate(model, input_ids, attention_mask, assistant, stopping_criteria=limit)
+    assert greedy.shape[1] == input_ids.shape[1] + 7 and assisted.tolist() == greedy.tolist()
