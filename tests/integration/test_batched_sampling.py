@@ -3,7 +3,9 @@
 The rule is speculative sampling (`test_speculative_sampling.py` checks its exactness against the exact
 distribution): each candidate is drawn from the assistant's distribution and kept with probability
 `min(1, p / q)`, a rejected one is replaced with a sample of the residual, and the position after the last candidate
-gets the target's own sample; in a batch every row accepts as many candidates as the row that accepts the fewest.
+gets the target's own sample. In a batch of GPT-2, which declares `_supports_rows_with_holes`, every row keeps its
+own accepted candidates (`test_rows_with_holes.py`); with that switched off, every row accepts as many as the row
+that accepts the fewest. The distribution is checked both ways.
 Checked three ways here, each failing on v4.31.0 and on the series without its batching patch (they refuse batches
 and `num_return_sequences > 1`):
 
@@ -15,8 +17,12 @@ and `num_return_sequences > 1`):
   the test). The assistant drafts by v4.31.0's rule from 5 candidates, so that every round verifies candidates.
 """
 
+from unittest import mock
+
+import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.generation.candidates import BatchRows
 
 VOCAB = 8
 ROWS = 3000
@@ -69,15 +75,20 @@ def test_num_return_sequences():
     assert sampled[:3, :4].tolist() == [[1, 2, 3, 4]] * 3 and sampled[3:, :4].tolist() == [[5, 6, 7, 1]] * 3
 
 
-def test_assisted_sampling_draws_from_the_target():
+@pytest.mark.parametrize("rows", ["own", "aligned"])
+def test_assisted_sampling_draws_from_the_target(rows):
     target, assistant = _model(0, 2, 4.0), _model(1, 1, 8.0)
+    if rows == "aligned":
+        target._supports_rows_with_holes = False
     prompt = torch.tensor([[1, 2, 3]])
     kwargs = dict(max_new_tokens=3, do_sample=True, num_return_sequences=ROWS, pad_token_id=0)
     with torch.no_grad():
         torch.manual_seed(0)
         plain = _pairs(target.generate(prompt, **kwargs), prompt.shape[1])
         torch.manual_seed(1)
-        assisted = _pairs(target.generate(prompt, assistant_model=assistant, **kwargs), prompt.shape[1])
+        with mock.patch.object(BatchRows, "keep_own", autospec=True, side_effect=BatchRows.keep_own) as keep_own:
+            assisted = _pairs(target.generate(prompt, assistant_model=assistant, **kwargs), prompt.shape[1])
+        assert keep_own.called == (rows == "own")
         torch.manual_seed(2)
         the_assistants = _pairs(assistant.generate(prompt, **kwargs), prompt.shape[1])
     distance = 0.5 * (plain - assisted).abs().sum().item()

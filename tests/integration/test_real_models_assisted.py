@@ -87,15 +87,19 @@ def real() -> RealModels:
     return real_models_or_skip()
 
 
-def assert_counts_rounds(stats, new_tokens: int, what: str):
+def assert_counts_rounds(stats, new_tokens: int, what: str, rows_keep_their_own=False):
     """The stats of an assisted call exist and count its rounds: each round adds its accepted candidates and one token
-    of the model's own to every row."""
+    of the model's own to every row. Where the rows of a batch keep their own candidates, a round counts those of the
+    row that kept most, and the longest row may have kept fewer in some rounds."""
     assert stats is not None, f"no last_assisted_decoding_stats {what}"
     assert stats.num_rounds > 0, f"no round counted {what}: {stats}"
     assert 0 <= stats.num_accepted <= stats.num_drafted, f"{what}: {stats}"
-    assert (
-        stats.num_rounds + stats.num_accepted == new_tokens
-    ), f"{what}: {stats.num_rounds} rounds and {stats.num_accepted} accepted candidates for {new_tokens} new tokens"
+    counted = stats.num_rounds + stats.num_accepted
+    message = f"{what}: {stats.num_rounds} rounds and {stats.num_accepted} accepted candidates for {new_tokens} new tokens"
+    if rows_keep_their_own:
+        assert stats.num_rounds <= new_tokens <= counted, message
+    else:
+        assert counted == new_tokens, message
 
 
 # SmolLM2-135M-Instruct and the draft of its first layers.
@@ -177,7 +181,9 @@ def test_smollm2_assisted_equals_greedy_in_a_padded_batch(smollm2):
             assert_same_tokens(
                 greedy[row], assisted[row], f"(SmolLM2, batch row {row}: {name!r}, {schedule} schedule)"
             )
-        assert_counts_rounds(stats, new_tokens, f"(SmolLM2, padded batch, {schedule} schedule)")
+        assert_counts_rounds(
+            stats, new_tokens, f"(SmolLM2, padded batch, {schedule} schedule)", rows_keep_their_own=True
+        )
         if schedule == "four-candidates":
             assert stats.num_drafted > 0, stats
 
