@@ -398,7 +398,8 @@ class Bench:
             self.real_meta = real.run(self, cases)
 
     def batch_measure(self, side, name, size, tokens, phase, rep=None):
-        method, separate = BATCH_METHODS[name]
+        way = BATCH_METHODS[name]
+        method = way.method
         answer = self.workers[side].ask(
             {
                 "op": "batch",
@@ -406,7 +407,8 @@ class Bench:
                 "method": method,
                 "max_new_tokens": tokens,
                 "prompts": self.trained["batch_prompts"][:size],
-                "separate": separate,
+                "separate": way.separate,
+                "aligned_rows": way.aligned,
             }
         )
         answer.update(side=side, phase=phase, rep=rep, case=f"batch:{name}:{size}", max_new_tokens=tokens)

@@ -15,6 +15,10 @@ from .sides import PATCHED, STOCK
 from .summary import summarize, summarize_asr, summarize_batch, targets, worst_best_constant, worst_poor_draft
 from .workloads import (
     ASR_SECONDS,
+    BATCH_ALIGNED_TARGET,
+    BATCH_FORWARDS_TARGET,
+    BATCH_GREEDY_TARGET,
+    BATCH_METHODS,
     CASES,
     DISTIL_HEADS,
     DISTIL_TARGET,
@@ -908,9 +912,20 @@ def batch_section(meta, info, sides, results):
     )
     add("")
     add(
-        "- *batched assisted*: one `generate(..., assistant_model=draft)` call on the batch. The rows stay aligned: "
-        "in every round each unfinished row accepts as many candidates as the row that matches fewest, then the "
-        f"target's own token. One draft length ({batch_draft(sides, info)}) serves the whole batch."
+        "- *batched assisted*: one `generate(..., assistant_model=draft)` call on the batch. The rows keep their own: "
+        "in every round each unfinished row keeps all the candidates it accepts, then the target's own token, as it "
+        "would alone; a row that keeps fewer than another gets holes (its rejected candidates masked, and removed "
+        "from the sequences the call returns). The fork does so on models that declare it "
+        "(`_supports_rows_with_holes`: GPT-2, Llama, GPT-NeoX, OPT, Bloom; the trained pair is GPT-2) where nothing "
+        "else reads the sequences (the length limits as the only stopping criteria, no streamer, no per-step "
+        "outputs, logits processors that read the logits alone). One draft length "
+        f"({batch_draft(sides, info)}) serves the whole batch."
+    )
+    add(
+        "- *aligned assisted*: the same call with the rows kept aligned by a switch private to the bench "
+        "(`_supports_rows_with_holes = False` on the target for the call): the fork's behaviour before rows kept "
+        "their own, and what it still does where they may not. In every round each unfinished row accepts as many "
+        "candidates as the row that matches fewest, then the target's own token."
     )
     add("- *batched greedy*: one greedy `generate` call on the batch.")
     add(
@@ -922,8 +937,8 @@ def batch_section(meta, info, sides, results):
     add(
         f"Tokens per second: every row's new tokens (B x {batch['tokens']}, padding not counted) over the {clock} "
         "time of the call, or of the B calls together; time per token is the inverse. Medians over "
-        f"{min(row['reps'] for row in table.values())} repetitions, the order of the four ways rotating from one "
-        "repetition to the next; speedups are per repetition (min-max in brackets)."
+        f"{min(row['reps'] for row in table.values())} repetitions, the order of the {len(BATCH_METHODS)} ways "
+        "rotating from one repetition to the next; speedups are per repetition (min-max in brackets)."
     )
     add("")
 
@@ -933,16 +948,18 @@ def batch_section(meta, info, sides, results):
     add(f"Tokens per second ({clock} time; ms per token in brackets):")
     add("")
     add(
-        "| B | prompt lengths | batched greedy | **batched assisted** | separate assisted (B calls) | separate greedy "
-        "(B calls) | batched assisted over batched greedy | batched assisted over separate assisted |"
+        "| B | prompt lengths | batched greedy | **batched assisted** | aligned assisted | separate assisted "
+        "(B calls) | separate greedy (B calls) | batched assisted over batched greedy | batched assisted over "
+        "aligned assisted | batched assisted over separate assisted |"
     )
-    add("|---|---|---|---|---|---|---|---|")
+    add("|---|---|---|---|---|---|---|---|---|---|")
     for size, row in table.items():
         m_ = row["method"]
         add(
             f"| {size} | {', '.join(map(str, row['prompt_lengths']))} | {speed(m_['batched-greedy'])} "
-            f"| **{speed(m_['batched-assisted'])}** | {speed(m_['separate-assisted'])} "
-            f"| {speed(m_['separate-greedy'])} | {ratio_text(row['assisted_over_greedy'], 2)}x "
+            f"| **{speed(m_['batched-assisted'])}** | {speed(m_['aligned-assisted'])} "
+            f"| {speed(m_['separate-assisted'])} | {speed(m_['separate-greedy'])} "
+            f"| {ratio_text(row['assisted_over_greedy'], 2)}x | {ratio_text(row['holes_over_aligned'], 2)}x "
             f"| {ratio_text(row['batched_over_separate'], 2)}x |"
         )
     add("")
@@ -957,47 +974,80 @@ def batch_section(meta, info, sides, results):
         return f"**no** ({count} rows, from token {position})" if count else "**no** (repetitions differ)"
 
     add(
-        "Work of the assisted runs: acceptance is accepted candidates / drafted candidates (per row; in a batch "
-        "every row drafts and accepts the same number), tokens per round the new tokens per target forward; the "
-        "separate calls are summed over their B prompts. Token checks over every repetition:"
+        "Work of the assisted runs: rounds are target forwards, tokens per round the new tokens per target forward; "
+        "the separate calls are summed over their B prompts, their slowest row alone is the prompt whose call runs "
+        "most rounds. Acceptance is accepted candidates / drafted candidates, per row: with aligned rows every row "
+        "drafts and accepts the same number; where rows keep their own they accept different numbers, and the figure "
+        "is that of the row that runs in every round, the one that accepts fewest (a row's new tokens less the "
+        "rounds). Target forwards over the slowest row alone: the rounds of the batch over those of its slowest "
+        "prompt alone (a batch runs until its last row is done)."
     )
     add("")
     add(
-        "| B | acceptance, batched | acceptance, separate calls | tokens/round, batched | tokens/round, separate "
-        "| rounds, batched | rounds per separate call | batched assisted = batched greedy | separate assisted = "
-        "separate greedy | batched greedy = separate greedy |"
+        "| B | acceptance, batched | acceptance, aligned | acceptance, separate calls | tokens/round, batched "
+        "| tokens/round, aligned | tokens/round, separate | rounds, batched | rounds, aligned | rounds, slowest row "
+        "alone | rounds per separate call | target forwards over slowest row alone, batched | target forwards over "
+        "slowest row alone, aligned |"
     )
-    add("|---|---|---|---|---|---|---|---|---|---|")
+    add("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for size, row in table.items():
         m_ = row["method"]
+        batched, aligned, separate = m_["batched-assisted"], m_["aligned-assisted"], m_["separate-assisted"]
+        add(
+            f"| {size} | {acceptance(batched)} | {acceptance(aligned)} | {acceptance(separate)} "
+            f"| {batched['tokens_per_round']:.2f} | {aligned['tokens_per_round']:.2f} "
+            f"| {separate['tokens_per_round']:.2f} | {batched['rounds']:.0f} | {aligned['rounds']:.0f} "
+            f"| {separate['rounds_max']:.0f} | {separate['rounds']:.1f} | {row['forwards_over_slowest']:.2f}x "
+            f"| {row['aligned_forwards_over_slowest']:.2f}x |"
+        )
+    add("")
+    add("Token checks over every repetition:")
+    add("")
+    add(
+        "| B | batched assisted = batched greedy | aligned assisted = batched greedy | separate assisted = separate "
+        "greedy | batched greedy = separate greedy |"
+    )
+    add("|---|---|---|---|---|")
+    for size, row in table.items():
         greedy_count, greedy_position = row["greedy_diff"]
         greedy_same = "yes" if not greedy_count else f"no ({greedy_count} rows, from token {greedy_position})"
         add(
-            f"| {size} | {acceptance(m_['batched-assisted'])} | {acceptance(m_['separate-assisted'])} "
-            f"| {m_['batched-assisted']['tokens_per_round']:.2f} | {m_['separate-assisted']['tokens_per_round']:.2f} "
-            f"| {m_['batched-assisted']['rounds']:.0f} | {m_['separate-assisted']['rounds']:.1f} "
-            f"| {check(row['batched_same'], row['batched_diff'])} "
+            f"| {size} | {check(row['batched_same'], row['batched_diff'])} "
+            f"| {check(row['aligned_same'], row['aligned_diff'])} "
             f"| {check(row['separate_same'], row['separate_diff'])} | {greedy_same} |"
         )
     add("")
 
     # What the figures say, in words.
-    first, last = table[sizes[0]], table[sizes[-1]]
-    a_first = first["method"]["batched-assisted"]
-    a_last = last["method"]["batched-assisted"]
-    s_last = last["method"]["separate-assisted"]
-    if len(sizes) > 1:
-        trend = "falls" if a_last["acceptance"] < a_first["acceptance"] else "does not fall"
+    batched_sizes = [size for size in sizes if size > 1]
+    if batched_sizes:
+        first, last = table[batched_sizes[0]], table[batched_sizes[-1]]
+        aligned_first, aligned_last = first["method"]["aligned-assisted"], last["method"]["aligned-assisted"]
+        if len(batched_sizes) > 1:
+            trend = "falls" if aligned_last["acceptance"] < aligned_first["acceptance"] else "does not fall"
+            trend = (
+                f"{trend} from {aligned_first['acceptance']:.0%} at B={batched_sizes[0]} to "
+                f"{aligned_last['acceptance']:.0%} at B={batched_sizes[-1]}"
+            )
+        else:
+            trend = f"is {aligned_last['acceptance']:.0%} at B={batched_sizes[-1]}"
         add(
-            f"**Where batching loses.** A batch accepts its row minimum: acceptance {trend} from "
-            f"{a_first['acceptance']:.0%} at B={sizes[0]} to {a_last['acceptance']:.0%} at B={sizes[-1]} (tokens per "
-            f"round {a_first['tokens_per_round']:.2f} to {a_last['tokens_per_round']:.2f}, rounds "
-            f"{a_first['rounds']:.0f} to {a_last['rounds']:.0f}), where the same {sizes[-1]} prompts one at a time "
-            f"keep {s_last['acceptance']:.0%} ({s_last['tokens_per_round']:.2f} tokens per round). Every row waits "
-            "for the row whose draft disagrees first, so the more rows, the fewer candidates each round keeps, and "
-            "the work of the rejected candidates (drafting and verifying them) grows with B. Speedup of batched "
-            "assisted decoding over batched greedy search: "
+            "**Rows of their own against aligned rows.** A batch whose rows keep their own runs until its slowest row "
+            "is done, so it needs about as many target forwards as that row alone (the draft length the rows share "
+            "may differ from the one it runs alone); aligned rows keep, in every round, as many candidates as the "
+            "row that matches fewest: each row waits for the row whose draft disagrees first, and the work of the "
+            f"rejected candidates grows with B (aligned acceptance {trend}, where the same prompts one at a time "
+            f"keep {last['method']['separate-assisted']['acceptance']:.0%}). Batched assisted "
+            "decoding (rows of their own) over batched greedy search: "
             + ", ".join(f"{ratio_text(table[size]['assisted_over_greedy'], 2)}x at B={size}" for size in sizes)
+            + "; rows of their own over aligned rows (time per token, aligned over own): "
+            + ", ".join(f"{ratio_text(table[size]['holes_over_aligned'], 2)}x at B={size}" for size in sizes)
+            + "; target forwards over the slowest row alone, rows of their own and aligned: "
+            + ", ".join(
+                f"{table[size]['forwards_over_slowest']:.2f}x and {table[size]['aligned_forwards_over_slowest']:.2f}x "
+                f"at B={size}"
+                for size in batched_sizes
+            )
             + "; batched over separate assisted calls: "
             + ", ".join(f"{ratio_text(table[size]['batched_over_separate'], 2)}x at B={size}" for size in sizes)
             + "."
@@ -1005,34 +1055,28 @@ def batch_section(meta, info, sides, results):
         if sizes[0] == 1:
             add("")
             add(
-                "At B=1 the batched and the separate assisted runs are the same call: their ratio, "
-                f"{ratio_text(table[1]['batched_over_separate'], 2)}, is this run's noise floor."
+                "At B=1 the batched and the separate assisted runs are the same call, and so are the batched and the "
+                "aligned ones (a batch of one row has no holes): their ratios, "
+                f"{ratio_text(table[1]['batched_over_separate'], 2)} and "
+                f"{ratio_text(table[1]['holes_over_aligned'], 2)}, are this run's noise floor."
             )
-        # The design not shipped (docs/design.md, "Batches"): rows that keep all their matches and are re-aligned.
-        # It still needs as many rounds as its slowest row needs alone, at least the mean of the separate calls.
-        bounds = [
-            (size, table[size]["method"]["batched-assisted"]["rounds"], table[size]["method"]["separate-assisted"])
-            for size in sizes
-            if size > 1
-        ]
-        if bounds:
+        behind = [size for size in batched_sizes if table[size]["holes_over_aligned"][0] < 1]
+        if behind:
             add("")
             add(
-                "**What re-aligned rows could gain.** A batch whose rows keep all their matches (re-aligned with "
-                "per-row padding and caches; not shipped, see docs/design.md) still runs until its slowest row is "
-                "done, so it needs at least as many rounds as the slowest prompt alone, and at least the mean rounds "
-                "of the separate calls. Rounds of the aligned batch over that mean, the most the re-aligned design "
-                "could save in target forwards: "
+                f"At B={', '.join(map(str, behind))} rows of their own are slower than aligned rows, though they run "
+                "fewer rounds: they drafted "
                 + ", ".join(
-                    f"{rounds:.0f} / {alone['rounds']:.1f} = {rounds / alone['rounds']:.2f}x at B={size}"
-                    for size, rounds, alone in bounds
-                    if alone["rounds"]
+                    f"{table[size]['method']['batched-assisted']['proposed']} candidates per row where aligned rows "
+                    f"drafted {table[size]['method']['aligned-assisted']['proposed']} at B={size}"
+                    for size in behind
                 )
-                + ". Its rounds would cost more (longer padded rows, per-row cache shifts), so its real gain is "
-                "below these bounds."
+                + " (assistant forwards, each one candidate for every row): their longer rounds cost more than the "
+                "rounds they save."
             )
         slower = [size for size in sizes if table[size]["assisted_over_greedy"][0] < 1]
         if slower:
+            add("")
             add(
                 f"At B={', '.join(map(str, slower))} batched assisted decoding is slower than batched greedy "
                 "search: greedy search gains from the batch too (one forward serves every row), and it drafts "
@@ -1040,12 +1084,13 @@ def batch_section(meta, info, sides, results):
             )
         add("")
     # Token checks in words.
-    batched_ok = all(row["batched_same"] for row in table.values())
+    batched_ok = all(row["batched_same"] and row["aligned_same"] for row in table.values())
     separate_ok = all(row["separate_same"] for row in table.values())
     if batched_ok and separate_ok:
         add(
-            "Every batched assisted run returned exactly batched greedy search's tokens, row for row, and every "
-            "separate assisted call greedy search's tokens for its prompt, in every repetition."
+            "Every batched assisted run, rows of their own or aligned, returned exactly batched greedy search's "
+            "tokens, row for row, and every separate assisted call greedy search's tokens for its prompt, in every "
+            "repetition."
         )
     else:
         add(
@@ -1210,19 +1255,81 @@ def splice_batch(path, lines):
 
 
 def batch_text(table):
-    """The batch table as the driver prints it."""
+    """The batch table as the driver prints it: tokens per second of each way (assisted: rows of their own), the
+    speedups of rows of their own over batched greedy search and over aligned rows, the rounds (target forwards) of
+    the batch both ways and of its slowest row alone, and the token checks."""
     lines = [
-        f"{'B':>2} {'greedy tok/s':>12} {'assisted tok/s':>14} {'separate assisted':>17} {'vs greedy':>9} "
-        f"{'accept':>6} {'sep. accept':>11} {'tok/round':>9}  same tokens"
+        f"{'B':>2} {'greedy tok/s':>12} {'assisted tok/s':>14} {'aligned tok/s':>13} {'separate assisted':>17} "
+        f"{'vs greedy':>9} {'vs aligned':>10} {'rounds':>6} {'aligned rounds':>14} {'slowest alone':>13} "
+        f"{'accept':>6} {'aligned accept':>14} {'sep. accept':>11} {'tok/round':>9}  same tokens"
     ]
     for size, row in table.items():
         m = row["method"]
-        same = "yes" if row["batched_same"] and row["separate_same"] else "NO"
+        same = "yes" if row["batched_same"] and row["aligned_same"] and row["separate_same"] else "NO"
         lines.append(
             f"{size:>2} {1 / m['batched-greedy']['per_token']:>12.0f} {1 / m['batched-assisted']['per_token']:>14.0f} "
-            f"{1 / m['separate-assisted']['per_token']:>17.0f} {row['assisted_over_greedy'][0]:>8.2f}x "
-            f"{m['batched-assisted']['acceptance']:>6.0%} {m['separate-assisted']['acceptance']:>11.0%} "
+            f"{1 / m['aligned-assisted']['per_token']:>13.0f} {1 / m['separate-assisted']['per_token']:>17.0f} "
+            f"{row['assisted_over_greedy'][0]:>8.2f}x {row['holes_over_aligned'][0]:>9.2f}x "
+            f"{m['batched-assisted']['rounds']:>6.0f} {m['aligned-assisted']['rounds']:>14.0f} "
+            f"{m['separate-assisted']['rounds_max']:>13.0f} {m['batched-assisted']['acceptance']:>6.0%} "
+            f"{m['aligned-assisted']['acceptance']:>14.0%} {m['separate-assisted']['acceptance']:>11.0%} "
             f"{m['batched-assisted']['tokens_per_round']:>9.2f}  {same}"
+        )
+    return lines
+
+
+def batch_lines(meta, results):
+    """The batch table's closing lines, each against its target (`workloads.BATCH_*_TARGET`): batched assisted
+    decoding (rows of their own) over batched greedy search and over aligned rows (time per token, medians of the
+    paired repetitions), and the target forwards of the batch over those of its slowest row alone; none without
+    batch measurements."""
+    batch = meta.get("batch")
+    table = summarize_batch(results, batch["sizes"])[0] if batch else {}
+    if not table:
+        return []
+    tokens = next(iter(table.values()))["tokens"]
+
+    def judged(size, values, target, met, what):
+        return (
+            f"{ratio_text(values)}, target {target}: {'met' if met else 'NOT met'} ({what}; median of "
+            f"{table[size]['reps']} paired runs; trained pair, {tokens} tokens per row)"
+        )
+
+    lines = []
+    size, limit = BATCH_GREEDY_TARGET
+    label = f"batched assisted/batched greedy time per token, B={size}"
+    target = f"< {limit_text(limit)}"
+    if size in table:
+        values = table[size]["assisted_slowdown"]
+        lines.append(f"{label}: {judged(size, values, target, values[0] < limit, 'patched, rows of their own')}")
+    else:
+        lines.append(f"{label}: n/a (target {target}; B={size} did not run)")
+    size, limit = BATCH_ALIGNED_TARGET
+    label = f"rows of their own/aligned time per token, B={size}"
+    target = f"<= 1/{limit_text(limit)} = {1 / limit:.3f}"
+    if size in table:
+        values = table[size]["holes_slowdown"]
+        what = "patched; aligned: the same fork, its rows kept aligned by a switch private to the bench"
+        lines.append(f"{label}: {judged(size, values, target, values[0] <= 1 / limit, what)}")
+    else:
+        lines.append(f"{label}: n/a (target {target}; B={size} did not run)")
+    sizes, limit = BATCH_FORWARDS_TARGET
+    ran = [size for size in sizes if size in table]
+    label = "target forwards/slowest row alone"
+    if ran:
+        figures = ", ".join(f"B={size}: {table[size]['forwards_over_slowest']:.2f}" for size in ran)
+        aligned = ", ".join(f"{table[size]['aligned_forwards_over_slowest']:.2f}" for size in ran)
+        met = all(table[size]["forwards_over_slowest"] <= limit for size in ran)
+        missing = [f"B={size}" for size in sizes if size not in table]
+        lines.append(
+            f"{label}, {figures}, target <= {limit_text(limit)}: {'met' if met else 'NOT met'} (rows of their own, "
+            f"patched; aligned rows: {aligned}; trained pair, {tokens} tokens per row"
+            + (f"; {', '.join(missing)} did not run" if missing else "")
+            + ")"
+        )
+    else:
+        lines.append(
+            f"{label}: n/a (target <= {limit_text(limit)}; {' and '.join(f'B={size}' for size in sizes)} did not run)"
         )
     return lines
 
@@ -1239,7 +1346,7 @@ def print_batch(meta, results):
     )
     for line in batch_text(table):
         print(line)
-    if not all(row["batched_same"] and row["separate_same"] for row in table.values()):
+    if not all(row["batched_same"] and row["aligned_same"] and row["separate_same"] for row in table.values()):
         print("bench: warning: an assisted batch run did not return its greedy reference's tokens", flush=True)
 
 
@@ -1261,6 +1368,8 @@ def publish_batch(docs_dir, info, sides, results, meta, json_path):
         f"wrote the Batches section of {relative(docs_dir / 'benchmarks.md')}, {relative(json_path)}; "
         f"{meta['wall']:.0f} s in all"
     )
+    for line in batch_lines(meta, results):
+        print(line)
 
 
 def verdict(table, labels):
@@ -1464,5 +1573,5 @@ def publish(docs_dir, info, sides, results, meta, json_path):
         closing = case_lines(table, labels)
     else:
         closing = []  # the real cases alone: their own lines
-    for line in closing + real_lines(real_table, meta.get("real")):
+    for line in closing + batch_lines(meta, results) + real_lines(real_table, meta.get("real")):
         print(line)

@@ -220,7 +220,9 @@ def first_difference(rows, reference):
 
 
 def summarize_batch(results, sizes):
-    """{size: row} of the batch table, and {side: answer} of the sides asked whether they take a batch."""
+    """{size: row} of the batch table, and {side: answer} of the sides asked whether they take a batch. A size is
+    left out unless every way of `BATCH_METHODS` ran on it (a run saved before the aligned rows had a way of their
+    own has none)."""
     probes = {r["side"]: r for r in results if r.get("phase") == "batch-probe"}
     table = {}
     for size in sizes:
@@ -240,6 +242,8 @@ def summarize_batch(results, sizes):
                 "per_token": median([m["per_token"] for m in measured.values()]),
                 "wall_per_token": median([m["wall_per_token"] for m in measured.values()]),
                 "rounds": sample["rounds"] / sample["calls"],  # per call
+                # the call that ran most target forwards (separate calls: the slowest prompt alone)
+                "rounds_max": sample.get("rounds_max", sample["rounds"]),
                 "tokens_per_round": sample["new_tokens"] / sample["rounds"],
                 "accepted": sample["accepted"],
                 "proposed": sample["proposed"],
@@ -265,17 +269,30 @@ def summarize_batch(results, sizes):
 
         # time per token of the slower over the faster: > 1 when the second one is faster
         row["assisted_over_greedy"] = paired("batched-greedy", "batched-assisted")
+        row["aligned_over_greedy"] = paired("batched-greedy", "aligned-assisted")
+        row["holes_over_aligned"] = paired("aligned-assisted", "batched-assisted")
+        # and the other way, as the closing lines give them: < 1 when the first one is faster
+        row["assisted_slowdown"] = paired("batched-assisted", "batched-greedy")
+        row["holes_slowdown"] = paired("batched-assisted", "aligned-assisted")
         row["batched_over_separate"] = paired("separate-assisted", "batched-assisted")
         row["separate_assisted_over_greedy"] = paired("separate-greedy", "separate-assisted")
         row["greedy_batched_over_separate"] = paired("separate-greedy", "batched-greedy")
         m = row["method"]
         stable = all(values["stable"] for values in m.values())
         row["batched_same"] = stable and m["batched-assisted"]["rows"] == m["batched-greedy"]["rows"]
+        row["aligned_same"] = stable and m["aligned-assisted"]["rows"] == m["batched-greedy"]["rows"]
         row["separate_same"] = stable and m["separate-assisted"]["rows"] == m["separate-greedy"]["rows"]
         row["batched_diff"] = first_difference(m["batched-assisted"]["rows"], m["batched-greedy"]["rows"])
+        row["aligned_diff"] = first_difference(m["aligned-assisted"]["rows"], m["batched-greedy"]["rows"])
         row["separate_diff"] = first_difference(m["separate-assisted"]["rows"], m["separate-greedy"]["rows"])
         # Left padding changes the shapes of the matrix products: float rounding may change a greedy token.
         row["greedy_diff"] = first_difference(m["batched-greedy"]["rows"], m["separate-greedy"]["rows"])
+        # Target forwards of the batch over those of its slowest row alone: a batch runs until its last row is done,
+        # so rows of their own need about as many as that row (the draft length the rows share may differ from the
+        # one it runs alone); aligned rows need more, each round waiting for the row that matches fewest.
+        slowest = m["separate-assisted"]["rounds_max"]
+        row["forwards_over_slowest"] = m["batched-assisted"]["rounds"] / slowest
+        row["aligned_forwards_over_slowest"] = m["aligned-assisted"]["rounds"] / slowest
         row["stable"] = stable
         table[size] = row
     return table, probes

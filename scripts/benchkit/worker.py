@@ -18,9 +18,10 @@ stdout (everything the libraries print goes to stderr). Commands:
         (the speech recognition pipeline on the whisper workload's recordings, B at a time: time per row, texts)
     {"op": "real", "task": "generate" | "asr", ...}   (the cases on real checkpoints: `benchkit.real`)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
-     "prompts": [[TOKEN, ...], ...], "separate": BOOL}
+     "prompts": [[TOKEN, ...], ...], "separate": BOOL, "aligned_rows": BOOL}
         (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
-        the answer sums the calls and carries every row's new tokens)
+        with "aligned_rows", the patched fork keeps the rows of an assisted batch aligned; the answer sums the calls
+        and carries every row's new tokens)
 
 Models are built by `benchkit.workloads` from config classes with random weights under a fixed seed, so every side
 builds the same models (the answer carries a weight checksum to prove it; a version that initializes a model in
@@ -30,7 +31,8 @@ instead of measurements; the driver reports it and goes on.
 
 Model forwards are timed with forward pre/post hooks on the target and the assistant (outermost call only), and every
 round of the decoding loop is timestamped by a stopping criterion that never stops anything (the loops call the
-stopping criteria once per round: once per token for greedy, once per verification for assisted).
+stopping criteria once per round: once per token for greedy, once per verification for assisted). The batch table's
+calls run without it: a criterion of a class of its own makes the patched fork keep the rows of a batch aligned.
 """
 
 import argparse
@@ -281,11 +283,21 @@ class Worker:
         count_ops=False,
         temperature=None,
         seed=None,
+        time_rounds=True,
+        aligned_rows=False,
     ):
         """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask); with
         `count_ops`, the operations run outside the model forwards are counted (and the timings are not worth
         keeping). `method`: "greedy", "assisted", or "sample" (plain sampling); with `temperature`, "assisted"
-        samples too (top_k 0: the whole distribution, no other warper), after `torch.manual_seed(seed)`."""
+        samples too (top_k 0: the whole distribution, no other warper), after `torch.manual_seed(seed)`.
+
+        `time_rounds`: the rounds are timestamped by a stopping criterion (`RoundEnd`); without it the call has the
+        generation config's length limit alone, and counts as one round (the per-round figures then describe the
+        whole call; the target and assistant forwards are counted all the same). The patched fork keeps the rows of
+        a batch aligned where any stopping criterion is of another class than its length limits, so batches whose
+        rows keep their own run without it. `aligned_rows`: the patched fork keeps the rows of a batch aligned
+        anyway (`_supports_rows_with_holes` set to False on the target for the call: a switch private to the bench,
+        which gives the fork's behaviour before rows kept their own)."""
         from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
 
         clock = self.clock
@@ -343,12 +355,15 @@ class Worker:
             cpu_start = time.process_time()
             wall_start = time.perf_counter()
             start = clock.now()
+            if aligned_rows:
+                # The fork reads the target's declaration: an instance attribute over the class's, for this call
+                target._supports_rows_with_holes = False
             try:
                 with counter.mode if counter is not None else contextlib.nullcontext():
                     output = target.generate(
                         **prompt,
                         generation_config=config,
-                        stopping_criteria=StoppingCriteriaList([RoundEnd()]),
+                        stopping_criteria=StoppingCriteriaList([RoundEnd()] if time_rounds else []),
                         **extra,
                     )
             except Exception as error:
@@ -356,6 +371,9 @@ class Worker:
                 clock.depth = 0
                 kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
                 return {"workload": workload, "method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
+            finally:
+                if aligned_rows:
+                    target.__dict__.pop("_supports_rows_with_holes", None)
             clock.sync()
             elapsed = clock.now() - start
             wall = time.perf_counter() - wall_start
@@ -367,7 +385,7 @@ class Worker:
         if not rounds or rounds[-1][1] < output.shape[1]:
             # The stopping criteria list stops asking at the first criterion that fires (the length limit, which
             # comes first), so the last round is not timestamped: it ends when generate() returns (and replaces the
-            # checks made within it, after its accepted tokens, if any).
+            # checks made within it, after its accepted tokens, if any). Without `time_rounds`, the whole call.
             end = (start + elapsed, output.shape[1], clock.forward_calls, clock.forward_time)
             if rounds and rounds[-1][2] == clock.forward_calls:
                 rounds[-1] = end
@@ -462,18 +480,33 @@ class Worker:
             attention_mask[row, width - len(prompt) :] = 1
         return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
 
-    def batch(self, workload, method, max_new_tokens, prompts, separate=False):
+    def batch(self, workload, method, max_new_tokens, prompts, separate=False, aligned_rows=False):
         """The prompts as one batched call, or one call per prompt (`separate`): the calls' sums, every row's tokens.
+        The calls run without timestamped rounds (`run`'s `time_rounds`), so that the patched fork lets the rows of
+        an assisted batch keep all their accepted candidates where the model declares it (`_supports_rows_with_holes`:
+        GPT-2, the trained pair, does), unless `aligned_rows` keeps them aligned.
 
-        Rounds are target forwards (one per verification; greedy: one per token), drafted candidates are assistant
-        forwards (each drafts one candidate for every row), accepted candidates are the new tokens less the rounds
-        (each round adds the accepted candidates and the model's own token); all counted per row, the same for every
-        row of a batch, as the rows stay aligned.
+        Rounds are target forwards (one per verification; greedy: one per token), `rounds_max` those of the call
+        that ran most (separate calls: the slowest prompt alone), drafted candidates are assistant forwards (each
+        drafts one candidate for every row), accepted candidates are the new tokens of a row less the rounds (each
+        round adds a row's accepted candidates and the model's own token), summed over separate calls. With aligned
+        rows that is every row's count, the same for every row of a batch. Where the rows keep their own, they accept
+        different numbers and finish in different rounds: every row has the same new tokens, and the new tokens less
+        the rounds are the accepted candidates of the row that runs in every round, the one that accepts fewest (the
+        others accept more, and so are done in fewer rounds).
         """
         calls = [[prompt] for prompt in prompts] if separate else [prompts]
         measured = []
         for rows in calls:
-            answer = self.run(workload, method, max_new_tokens, prompt=self.batch_prompt(rows), keep_rows=True)
+            answer = self.run(
+                workload,
+                method,
+                max_new_tokens,
+                prompt=self.batch_prompt(rows),
+                keep_rows=True,
+                time_rounds=False,
+                aligned_rows=aligned_rows,
+            )
             if "failed" in answer:
                 return answer
             measured.append(answer)
@@ -486,6 +519,7 @@ class Worker:
             "workload": workload,
             "method": method,
             "separate": separate,
+            "aligned_rows": aligned_rows,
             "calls": len(calls),
             "batch_size": len(prompts),
             "prompt_lengths": [len(prompt) for prompt in prompts],
@@ -499,6 +533,7 @@ class Worker:
             "cpu": sum(m["cpu"] for m in measured),
             "forward_time": sum(m["forward_time"] for m in measured),
             "rounds": rounds,
+            "rounds_max": max(m["target_calls"] for m in measured),
             "proposed": sum(m["assistant_calls"] for m in measured),
             "accepted": new_tokens - rounds if method == "assisted" else 0,
             "rows": [row for m in measured for row in m["rows"]],
@@ -593,6 +628,7 @@ class Worker:
                 command["max_new_tokens"],
                 command["prompts"],
                 command.get("separate", False),
+                command.get("aligned_rows", False),
             )
         if op == "run":
             return self.run(

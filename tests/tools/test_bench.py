@@ -690,6 +690,128 @@ def test_the_asr_section_reports_the_timings_or_why_it_was_skipped_and_what_the_
     assert report.asr_section({"asr": None}, run, []) == []
 
 
+# ---- the batch table
+
+
+def batch_results():
+    """Two repetitions of the batch table at B=1 and B=4, made up: rows of their own run 10 rounds at B=4 where aligned
+    rows run 16 and the slowest prompt alone 9, and are 1.5 times as fast as aligned rows and batched greedy search
+    (ms per token)."""
+    results = [{"phase": "batch-probe", "side": "stock", "case": "batch:batched-assisted:4", "failed": "refuses: X"}]
+    figures = {  # name: (time per token, rounds of a call at B=1, at B=4, the most of one call at B=4)
+        "batched-assisted": (1.0, 9, 10, 10),
+        "aligned-assisted": (1.5, 9, 16, 16),
+        "batched-greedy": (1.5, 16, 16, 16),
+        "separate-assisted": (2.0, 9, 32, 9),
+        "separate-greedy": (3.0, 16, 64, 16),
+    }
+    for rep in range(2):
+        for size in (1, 4):
+            for name, (per_token, rounds_one, rounds, rounds_max) in figures.items():
+                way = workloads.BATCH_METHODS[name]
+                calls = size if way.separate else 1
+                rounds, rounds_max = (rounds_one, rounds_one) if size == 1 else (rounds, rounds_max)
+                if size == 1 and way.aligned:
+                    per_token = figures["batched-assisted"][0]  # one row: the same call
+                new_tokens = 16 * calls
+                assisted = way.method == "assisted"
+                results.append(
+                    {"phase": "batch", "side": "patched", "rep": rep, "case": f"batch:{name}:{size}"}
+                    | {"method": way.method, "separate": way.separate, "aligned_rows": way.aligned, "calls": calls}
+                    | {"per_token": per_token * 1e-3, "wall_per_token": per_token * 1e-3, "max_new_tokens": 16}
+                    | {"new_tokens": new_tokens, "rounds": rounds, "rounds_max": rounds_max, "batch_size": size}
+                    | {"accepted": new_tokens - rounds if assisted else 0, "proposed": 40 if assisted else 0}
+                    | {"rows": [[7] * 16] * size, "prompt_lengths": [64, 40, 56, 32][:size], "time": 1.0, "wall": 1.0}
+                )
+    return results
+
+
+def test_the_batch_table_has_rows_of_their_own_beside_aligned_rows():
+    # Every way of the table goes to the worker with its switches; the aligned rows are assisted, batched, aligned.
+    assert workloads.BATCH_METHODS["aligned-assisted"] == workloads.BatchMethod("assisted", aligned=True)
+    assert not workloads.BATCH_METHODS["batched-assisted"].aligned
+    table, probes = summary.summarize_batch(batch_results(), [1, 4])
+    assert list(table) == [1, 4] and list(probes) == ["stock"]
+    row = table[4]
+    assert row["holes_over_aligned"][0] == pytest.approx(1.5) and row["assisted_over_greedy"][0] == pytest.approx(1.5)
+    assert row["holes_slowdown"][0] == pytest.approx(1 / 1.5) and row["aligned_same"] and row["batched_same"]
+    assert row["forwards_over_slowest"] == pytest.approx(10 / 9)
+    assert row["aligned_forwards_over_slowest"] == pytest.approx(16 / 9)
+    assert row["method"]["separate-assisted"]["rounds"] == 8 and row["method"]["separate-assisted"]["rounds_max"] == 9
+    # a size where one way did not run is left out (a run saved before the aligned rows had a way of their own)
+    older = [r for r in batch_results() if not r["case"].startswith("batch:aligned-assisted:4")]
+    assert list(summary.summarize_batch(older, [1, 4])[0]) == [1]
+
+    printed = report.batch_text(table)
+    assert "aligned tok/s" in printed[0] and "slowest alone" in printed[0]
+    assert printed[2].split()[:9] == ["4", "667", "1000", "667", "500", "1.50x", "1.50x", "10", "16"]
+    assert printed[2].endswith("yes")
+
+    meta = {"batch": {"sizes": [1, 4, 8], "tokens": 16, "reps": 2}}
+    lines = report.batch_lines(meta, batch_results())
+    assert [line.split(":")[0] for line in lines] == [
+        "batched assisted/batched greedy time per token, B=8",
+        "rows of their own/aligned time per token, B=4",
+        "target forwards/slowest row alone, B=4",
+    ]
+    assert lines[0].endswith("n/a (target < 1.00; B=8 did not run)")
+    assert lines[1].startswith(
+        "rows of their own/aligned time per token, B=4: 0.667 (0.667-0.667), target <= 1/1.20 = 0.833: met"
+    )
+    assert lines[2].startswith("target forwards/slowest row alone, B=4: 1.11, target <= 1.10: NOT met")
+    assert "aligned rows: 1.78" in lines[2] and "B=8 did not run" in lines[2]
+    assert report.batch_lines({"batch": None}, []) == []
+
+
+def test_the_batch_calls_let_the_rows_keep_their_own_unless_told_to_keep_them_aligned():
+    # A stopping criterion of a class of its own (the round timestamps) would keep every batch aligned: the batch
+    # calls run without it, and the aligned ones set the switch on the target for the call only.
+    worker = make_worker()
+    target = worker.workload("loop")[0]
+    prompts = [list(range(5, 5 + length)) for length in (12, 7, 10, 4)]
+    greedy = worker.batch("loop", "greedy", 24, prompts)
+    own = worker.batch("loop", "assisted", 24, prompts)
+    if "failed" in own:  # stock 4.31.0 refuses assisted generation of a batch
+        assert own["failed"].startswith("refuses")
+        return
+    aligned = worker.batch("loop", "assisted", 24, prompts, aligned_rows=True)
+    separate = worker.batch("loop", "assisted", 24, prompts, separate=True)
+    assert "_supports_rows_with_holes" not in target.__dict__
+    assert own["rows"] == aligned["rows"] == greedy["rows"]
+    assert not own["aligned_rows"] and aligned["aligned_rows"]
+    assert own["rounds"] == own["rounds_max"] and separate["rounds_max"] < separate["rounds"]
+    if type(target)._supports_rows_with_holes:  # the fork: this pair's rows keep their own, in fewer rounds
+        assert own["rounds"] < aligned["rounds"]
+    # without its round timestamps a call is one round, its forwards counted all the same
+    alone = worker.run("loop", "assisted", 24, time_rounds=False)
+    assert alone["rounds"] == 1 and alone["new_tokens"] == 24 and alone["target_calls"] > 1
+
+
+def test_the_batch_section_says_what_rows_of_their_own_and_aligned_rows_do():
+    meta = {
+        "batch": {"sizes": [1, 4], "tokens": 16, "reps": 2, "prompt_lengths": [64, 40, 56, 32], "seconds": 60.0}
+        | {"load_start": "1.0", "load_end": "1.0", "load_peak": 1.0},
+        "machine": {"cpu": "cpu", "cores": 2, "platform": "linux"},
+        "quick": True,
+        "patches": 67,
+    }
+    info = {
+        "patched": {"clock": "cpu", "transformers_file": str(REPO / "build" / "transformers" / "src"), "torch": "2"}
+        | {"python": "3.11.7", "transformers": "4.31.0", "device_name": "cpu", "dtype": "float32", "threads": 1}
+    }
+    text = "\n".join(report.batch_section(meta, info, [], batch_results()))
+    assert "- *aligned assisted*: the same call with the rows kept aligned by a switch private to the bench" in text
+    assert "the trained pair is GPT-2" in text and "not shipped" not in text
+    assert "| 4 | 64, 40, 56, 32 | 667 (1.500) | **1000 (1.000)** | 667 (1.500) | 500 (2.000) |" in text
+    assert (
+        "| 4 | 15% (6/40) | 0% (0/40) | 80% (32/40) | 1.60 | 1.00 | 2.00 | 10 | 16 | 9 | 8.0 | 1.11x | 1.78x |" in text
+    )
+    assert "(aligned acceptance is 0% at B=4, where the same prompts one at a time keep 80%)" in text
+    assert "rows of their own over aligned rows (time per token, aligned over own): 1.00 (1.00-1.00)x at B=1" in text
+    assert "target forwards over the slowest row alone, rows of their own and aligned: 1.11x and 1.78x at B=4" in text
+    assert "Every batched assisted run, rows of their own or aligned, returned exactly batched greedy" in text
+
+
 # ---- the time a full run takes
 
 
