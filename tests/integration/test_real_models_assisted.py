@@ -89,15 +89,15 @@ def real() -> RealModels:
 
 def assert_counts_rounds(stats, new_tokens: int, what: str, rows_keep_their_own=False):
     """The stats of an assisted call exist and count its rounds: each round adds its accepted candidates and one token
-    of the model's own to every row. Where the rows of a batch keep their own candidates, a round counts those of the
-    row that kept most, and the longest row may have kept fewer in some rounds."""
+    of the model's own to every row. Where the rows of a batch keep their own candidates, a round counts those of one
+    row, and the longest row may have kept more or fewer."""
     assert stats is not None, f"no last_assisted_decoding_stats {what}"
     assert stats.num_rounds > 0, f"no round counted {what}: {stats}"
     assert 0 <= stats.num_accepted <= stats.num_drafted, f"{what}: {stats}"
     counted = stats.num_rounds + stats.num_accepted
     message = f"{what}: {stats.num_rounds} rounds and {stats.num_accepted} accepted candidates for {new_tokens} new tokens"
     if rows_keep_their_own:
-        assert stats.num_rounds <= new_tokens <= counted, message
+        assert stats.num_rounds <= new_tokens, message
     else:
         assert counted == new_tokens, message
 
@@ -205,7 +205,9 @@ def test_smollm2_prompt_lookup_equals_greedy(smollm2):
         assert greedy.shape == lookup.shape, f"{what}: {tuple(greedy.shape)} != {tuple(lookup.shape)}"
         for row in range(greedy.shape[0]):
             assert_same_tokens(greedy[row], lookup[row], f"{what}, row {row}")
-        assert_counts_rounds(stats, greedy.shape[1] - inputs.input_ids.shape[1], what)
+        assert_counts_rounds(
+            stats, greedy.shape[1] - inputs.input_ids.shape[1], what, rows_keep_their_own=len(names) > 1
+        )
         if names == ("repeat",):
             assert stats.num_accepted > 0, f"{what}: no looked-up candidate accepted: {stats}"
 
