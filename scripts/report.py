@@ -52,13 +52,16 @@ def run_pytest(python, tree, xml_path, jobs, extra_env=None, pythonpath=None):
 
 
 def environment(python, tree, pythonpath=None):
-    """torch version, device and transformers location as seen by `python` (the suite's own device choice)."""
+    """torch version, device and transformers location as seen by `python` (the suite's own device choice), and the
+    classes that declare rows with holes (`_supports_rows_with_holes`)."""
     code = (
         "import json, sys; sys.path.insert(0, 'tests'); import torch, transformers; "
-        "from support.device import DEVICE; "
+        "from support.device import DEVICE; from support.expectations import EXPECTATIONS; "
         "name = torch.cuda.get_device_name(0) if DEVICE == 'cuda' else ''; "
+        "rows = sorted(n for n in EXPECTATIONS "
+        "if getattr(getattr(transformers, n, None), '_supports_rows_with_holes', False) is True); "
         "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__, "
-        "'device': DEVICE + (f' ({name})' if name else ''), 'path': transformers.__file__}))"
+        "'device': DEVICE + (f' ({name})' if name else ''), 'path': transformers.__file__, 'rows': rows}))"
     )
     env = dict(os.environ, TRANSFORMERS_TREE=str(tree))
     if pythonpath:
@@ -196,10 +199,12 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "*batch*: a batch of three rows of different lengths, one reaching EOS early, against batched greedy search "
         "(`tests/models/test_batched.py`; stock refuses batches). *lookup* counts the prompt lookup tests "
         "(`tests/models/test_prompt_lookup_vs_greedy.py`: equal to greedy, or refused with the class's reason), "
-        "on the patched side only (stock has no prompt lookup).",
+        "on the patched side only (stock has no prompt lookup). *rows*: `own` where each row of a batch keeps all the "
+        "candidates it accepts (the class declares `_supports_rows_with_holes`, `tests/integration/"
+        "test_rows_with_holes.py`), `aligned` where every row keeps as many as the row keeping fewest; patched side.",
         "",
-        "| Class | Expected | " + " | ".join(SCENARIOS) + " | batch | lookup | max score diff | slicing | plain |",
-        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|---|---|",
+        "| Class | Expected | " + " | ".join(SCENARIOS) + " | batch | rows | lookup | max score diff | slicing | plain |",
+        "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|---|---|---|",
     ]
     summary = defaultdict(lambda: defaultdict(int))
     problems = []
@@ -225,6 +230,9 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
                 summary[f"{side}_batched"][result["outcome"]] += 1
                 if result["outcome"] in ("failed", "error") and side == "patched":
                     problems.append((f"{BATCHED_TEST}[{name}]", result))
+        rows = "–" if entry is not None and not entry.supported else "aligned"
+        if name in patched_env.get("rows", ()):
+            rows = "own"
         lookup = tally(patched, LOOKUP_TEST, name)
         slicing = tally(patched, "test_slicing", name)
         plain = tally(patched, "test_plain_unchanged", name)
@@ -235,7 +243,7 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         lines.append(
             f"| {name} | {expected} | "
             + " | ".join(cells)
-            + f" | {lookup} | {max_score_diff(patched, name)} | {slicing} | {plain} |"
+            + f" | {rows} | {lookup} | {max_score_diff(patched, name)} | {slicing} | {plain} |"
         )
 
     lines += ["", "## Summary", ""]
