@@ -1279,10 +1279,10 @@ def batch_text(table):
 
 
 def batch_lines(meta, results):
-    """The batch table's closing lines, each against its target (`workloads.BATCH_*_TARGET`): batched assisted
-    decoding (rows of their own) over batched greedy search and over aligned rows (time per token, medians of the
-    paired repetitions), and the target forwards of the batch over those of its slowest row alone; none without
-    batch measurements."""
+    """The batch table's closing lines: batched assisted decoding (rows of their own) over batched greedy search and
+    over aligned rows (time per token, medians of the paired repetitions), each against its target
+    (`workloads.BATCH_*_TARGET`), and the target forwards of the batch over those of its slowest row alone, shown;
+    none without batch measurements."""
     batch = meta.get("batch")
     table = summarize_batch(results, batch["sizes"])[0] if batch else {}
     if not table:
@@ -1313,24 +1313,24 @@ def batch_lines(meta, results):
         lines.append(f"{label}: {judged(size, values, target, values[0] <= 1 / limit, what)}")
     else:
         lines.append(f"{label}: n/a (target {target}; B={size} did not run)")
+    # The target holds for a constant draft length (asserted in tests/integration/test_rows_with_holes.py); the bench
+    # runs the default adaptive one, which drafts for the row the batch waits for: these counts are shown, not judged.
     sizes, limit = BATCH_FORWARDS_TARGET
     ran = [size for size in sizes if size in table]
     label = "target forwards/slowest row alone"
+    bound = f"the bound {limit_text(limit)} is for a constant draft length, asserted in the tests"
     if ran:
         figures = ", ".join(f"B={size}: {table[size]['forwards_over_slowest']:.2f}" for size in ran)
         aligned = ", ".join(f"{table[size]['aligned_forwards_over_slowest']:.2f}" for size in ran)
-        met = all(table[size]["forwards_over_slowest"] <= limit for size in ran)
         missing = [f"B={size}" for size in sizes if size not in table]
         lines.append(
-            f"{label}, {figures}, target <= {limit_text(limit)}: {'met' if met else 'NOT met'} (rows of their own, "
-            f"patched; aligned rows: {aligned}; trained pair, {tokens} tokens per row"
+            f"{label}, {figures} (adaptive draft length; {bound}; rows of their own, patched; aligned rows: "
+            f"{aligned}; trained pair, {tokens} tokens per row"
             + (f"; {', '.join(missing)} did not run" if missing else "")
             + ")"
         )
     else:
-        lines.append(
-            f"{label}: n/a (target <= {limit_text(limit)}; {' and '.join(f'B={size}' for size in sizes)} did not run)"
-        )
+        lines.append(f"{label}: n/a ({bound}; {' and '.join(f'B={size}' for size in sizes)} did not run)")
     return lines
 
 
