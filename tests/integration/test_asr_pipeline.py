@@ -13,6 +13,7 @@ the reason.
 """
 
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from transformers import (
     WhisperTokenizer,
     pipeline,
 )
+from transformers.generation.candidates import BatchRows
 from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
 
 from integration._common import assert_same_tokens, run
@@ -188,3 +190,14 @@ def test_encoder_outputs_alone(models):
     assert_same_tokens(greedy, run(model, models["gpt2"], **inputs), "(a decoder-only assistant)")
     with pytest.raises(ValueError, match="needs the encoder input"):
         run(model, models["whisper-draft"], **inputs)
+
+
+def test_batched_rows_keep_their_own(models, tokenizer):
+    """With the Whisper draft and two clips a batch, the rows keep their own candidates once the forced tokens are
+    behind them (Whisper declares `_supports_rows_with_holes`), and still transcribe as the pipeline does alone."""
+    model = models["model"]
+    greedy = _transcribe(model, tokenizer, 2)
+    with mock.patch.object(BatchRows, "keep_own_from", autospec=True, side_effect=BatchRows.keep_own_from) as spy:
+        assisted = _transcribe(model, tokenizer, 2, assistant=models["whisper-draft"])
+    assert spy.call_args.args[1] is not None
+    assert_same_tokens(greedy, assisted, "(pipeline, whisper-draft, batch size 2, rows of their own)")

@@ -86,9 +86,9 @@ def test_assisted_sampling_draws_from_the_target(rows):
         torch.manual_seed(0)
         plain = _pairs(target.generate(prompt, **kwargs), prompt.shape[1])
         torch.manual_seed(1)
-        with mock.patch.object(BatchRows, "keep_own", autospec=True, side_effect=BatchRows.keep_own) as keep_own:
+        with mock.patch.object(BatchRows, "keep_own_from", autospec=True, side_effect=BatchRows.keep_own_from) as spy:
             assisted = _pairs(target.generate(prompt, assistant_model=assistant, **kwargs), prompt.shape[1])
-        assert keep_own.called == (rows == "own")
+        assert (spy.call_args.args[1] is not None) == (rows == "own")
         torch.manual_seed(2)
         the_assistants = _pairs(assistant.generate(prompt, **kwargs), prompt.shape[1])
     distance = 0.5 * (plain - assisted).abs().sum().item()

@@ -1,8 +1,8 @@
 """Assisted generation of a batch whose rows keep all their accepted candidates (rows with holes).
 
-For the classes that declare `_supports_rows_with_holes` (GPT-2, Llama, GPT-NeoX, OPT, Bloom), a left-padded batch
-of 4 or 8 rows of different lengths, with an assistant that is a lightly noised copy of the model (it agrees often,
-and differently per row) and a constant draft length of 4:
+For the decoder-only classes that declare `_supports_rows_with_holes` (GPT-2, Llama, GPT-NeoX, OPT, Bloom), a
+left-padded batch of 4 or 8 rows of different lengths, with an assistant that is a lightly noised copy of the model
+(it agrees often, and differently per row) and a constant draft length of 4:
 
 - every row equals batched greedy search of the same padded batch, also when rows end at different steps on an EOS;
 - the model runs at most 1.10 times the forward passes of the batch's slowest row generating alone (rows that stay
@@ -10,6 +10,9 @@ and differently per row) and a constant draft length of 4:
 - with sampling, the call runs and every row holds valid tokens, padding only after its EOS;
 - with a logits processor that reads the sequences, a second length limit, or prompt lookup, the rows stay aligned
   and still equal greedy search.
+
+Whisper, which declares it too, on batches of 4 and 8 clips of noise, with and without forced and begin-suppressed
+tokens: equal to batched greedy search, and as many forward passes as the slowest clip alone.
 
 The counting tests fail on the series before its rows group, whose rows stay aligned.
 """
@@ -26,6 +29,7 @@ from transformers import (
     LlamaForCausalLM,
     OPTForCausalLM,
     StoppingCriteriaList,
+    WhisperForConditionalGeneration,
 )
 
 from transformers.generation.candidates import BatchRows
@@ -242,6 +246,40 @@ def test_prompt_lookup_keeps_rows_aligned():
     model, _ = _models(GPT2LMHeadModel)
     input_ids, attention_mask = _batch(model, 4)
     greedy = _generate(model, input_ids, attention_mask)
-    with mock.patch.object(BatchRows, "keep_own", autospec=True, side_effect=BatchRows.keep_own) as keep_own:
+    with mock.patch.object(BatchRows, "keep_own_from", autospec=True, side_effect=BatchRows.keep_own_from) as spy:
         lookup = _generate(model, input_ids, attention_mask, prompt_lookup_num_tokens=4)
-    assert lookup.tolist() == greedy.tolist() and not keep_own.called
+    assert lookup.tolist() == greedy.tolist() and spy.call_args.args[1] is None
+
+
+def _whisper_batch(rows):
+    model, assistant = _models(WhisperForConditionalGeneration)
+    generator = torch.Generator().manual_seed(rows)
+    features = torch.randn(rows, model.config.num_mel_bins, 2 * model.config.max_source_positions, generator=generator)
+    return model, assistant, features.to(model.device)
+
+
+WHISPER_PROMPTS = {"plain": {}, "forced": {"forced_decoder_ids": [[1, 5], [2, 6]], "begin_suppress_tokens": [7, 8]}}
+
+
+@pytest.mark.parametrize("prompt", list(WHISPER_PROMPTS))
+@pytest.mark.parametrize("rows", [4, 8])
+def test_whisper_rows_equal_batched_greedy_and_run_as_many_forwards_as_the_slowest(rows, prompt):
+    """Whisper's positions follow the decoder mask that rows with holes get; with forced and begin-suppressed tokens,
+    the rows keep their own once those are behind them."""
+    model, assistant, features = _whisper_batch(rows)
+    kwargs = dict(max_new_tokens=16, do_sample=False, **WHISPER_PROMPTS[prompt])
+    assisted_kwargs = dict(kwargs, assistant_model=assistant, num_assistant_tokens=4)
+    assisted_kwargs["num_assistant_tokens_schedule"] = "constant"
+    with torch.no_grad():
+        greedy = model.generate(features, **kwargs)
+        with mock.patch.object(BatchRows, "keep_own_from", autospec=True, side_effect=BatchRows.keep_own_from) as spy:
+            with _ForwardCount(model) as batch:
+                assisted = model.generate(features, **assisted_kwargs)
+        alone = []
+        for row in range(rows):
+            with _ForwardCount(model) as count:
+                model.generate(features[row : row + 1], **assisted_kwargs)
+            alone.append(count.count)
+    assert spy.call_args.args[1] == (0 if prompt == "plain" else 4)
+    assert assisted.tolist() == greedy.tolist()
+    assert batch.count <= MAX_FORWARD_RATIO * max(alone), f"{batch.count} forward passes, the rows alone {alone}"
