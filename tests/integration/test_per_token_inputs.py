@@ -35,6 +35,7 @@ PER_TOKEN = {
     "decoder_attention_mask": "encoder-decoder models: one flag per decoder position",
     "token_type_ids": "one segment per token (GPT-2, BERT family, GPTSAN-japanese's prefix)",
     "position_ids": "one position per token",
+    "decoder_position_ids": "Whisper: one decoder position per token, derived from the decoder mask in generation",
     "input_shape_ids": "RoCBert: the glyph of each token",
     "input_pronunciation_ids": "RoCBert: the pinyin of each token",
     "task_type_ids": "ERNIE: one task id per token (its prepare_inputs_for_generation does not pass them on)",
