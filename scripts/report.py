@@ -203,7 +203,9 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "candidates it accepts (the class declares `_supports_rows_with_holes`, `tests/integration/"
         "test_rows_with_holes.py`), `aligned` where every row keeps as many as the row keeping fewest; patched side.",
         "",
-        "| Class | Expected | " + " | ".join(SCENARIOS) + " | batch | rows | lookup | max score diff | slicing | plain |",
+        "| Class | Expected | "
+        + " | ".join(SCENARIOS)
+        + " | batch | rows | lookup | max score diff | slicing | plain |",
         "|---|---|" + "---|" * len(SCENARIOS) + "---|---|---|---|---|---|",
     ]
     summary = defaultdict(lambda: defaultdict(int))

@@ -95,7 +95,9 @@ def assert_counts_rounds(stats, new_tokens: int, what: str, rows_keep_their_own=
     assert stats.num_rounds > 0, f"no round counted {what}: {stats}"
     assert 0 <= stats.num_accepted <= stats.num_drafted, f"{what}: {stats}"
     counted = stats.num_rounds + stats.num_accepted
-    message = f"{what}: {stats.num_rounds} rounds and {stats.num_accepted} accepted candidates for {new_tokens} new tokens"
+    message = (
+        f"{what}: {stats.num_rounds} rounds and {stats.num_accepted} accepted candidates for {new_tokens} new tokens"
+    )
     if rows_keep_their_own:
         assert stats.num_rounds <= new_tokens, message
     else:

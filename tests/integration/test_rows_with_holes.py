@@ -31,7 +31,6 @@ from transformers import (
     StoppingCriteriaList,
     WhisperForConditionalGeneration,
 )
-
 from transformers.generation.candidates import BatchRows
 from transformers.generation.stopping_criteria import MaxNewTokensCriteria
 
