@@ -29,10 +29,11 @@ Cases (a model pair and a number of new tokens; nothing downloaded):
               the same with the trained case's draft, distilled on greedy outputs: why the above has its own
 
 Batched speech recognition (asr-batch): a random Whisper pair (built from configs, seeded), a WhisperTokenizer built
-here over the 256 bytes, the default WhisperFeatureExtractor and synthetic audio, through
-pipeline("automatic-speech-recognition", ..., batch_size=4) with generate_kwargs={"assistant_model": ...} and without:
-on the patched fork, time per row and the same texts; skipped (and said so) while its pipeline raises with the
-assistant. The other versions are asked once what they do with the batch.
+here over the 256 bytes, the default WhisperFeatureExtractor and 8 synthetic recordings, through
+pipeline("automatic-speech-recognition", ..., batch_size=B) for B = 1, 4, 8 with generate_kwargs={"assistant_model":
+...} and without: on the patched fork, time per row, assisted over greedy paired per repetition, and the same texts and
+tokens; skipped (and said so) while its pipeline raises with the assistant. The other versions are asked once what they
+do with a batch of 8.
 
 The patched fork also runs with constant draft lengths 1-10 (--constant-draft) on the cases whose drafts pay
 (trained, encdec): the best constant length in hindsight, against the patched side's own schedule.

@@ -64,6 +64,7 @@ def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
         elif phase.startswith("batch"):
             part, scale = "batches", full["warmup_tokens"] / quick["warmup_tokens"]
         elif phase == "asr":
+            # Every batch size transcribes the same recordings in both runs: its calls scale alike.
             case = "asr-batch"
             part = case
             scale = CASES[case].tokens / CASES[case].quick_tokens * full["asr_reps"] / quick["asr_reps"]

@@ -16,7 +16,16 @@ from pathlib import Path
 
 from . import real
 from .sides import GREEDY_SIDES, PATCHED, case_sides, reference_sides
-from .workloads import ASR_BATCH_SIZE, BATCH_METHODS, CASES, GROUPS, HEADLINE, greedy_name, sampling_seed
+from .workloads import (
+    ASR_BATCH_SIZES,
+    ASR_RECORDINGS,
+    BATCH_METHODS,
+    CASES,
+    GROUPS,
+    HEADLINE,
+    greedy_name,
+    sampling_seed,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "scripts" / "bench_worker.py"
@@ -451,13 +460,12 @@ class Bench:
                 self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
         self.batch_meta.update(load_end=load_average(), seconds=self.elapsed() - started)
 
-    def asr_measure(self, side, method, tokens, phase, rep=None):
-        answer = self.workers[side].ask(
-            {"op": "asr", "method": method, "max_new_tokens": tokens, "batch_size": ASR_BATCH_SIZE}
-        )
-        answer.update(side=side, phase=phase, rep=rep, case=f"asr:{method}", max_new_tokens=tokens)
+    def asr_measure(self, side, method, size, tokens, phase, rep=None):
+        answer = self.workers[side].ask({"op": "asr", "method": method, "max_new_tokens": tokens, "batch_size": size})
+        answer.update(side=side, phase=phase, rep=rep, case=f"asr:{method}:{size}", max_new_tokens=tokens)
+        answer.setdefault("batch_size", size)  # a failure's answer too: the report says which size failed
         self.results.append(answer)
-        where = f"[{self.elapsed():6.0f}s] {phase:<10} asr {method:<8} {side:<12} {tokens:5d} tok  "
+        where = f"[{self.elapsed():6.0f}s] {phase:<10} asr B={size:<2} {method:<8} {side:<12} {tokens:5d} tok  "
         if "failed" in answer:
             print(f"{where}{answer['failed'][:100]}", flush=True)
         elif phase != "asr-warmup":
@@ -468,32 +476,46 @@ class Bench:
 
     def asr_table(self):
         """Batched speech recognition through the pipeline (`asr-batch`): on the patched fork, batched assisted
-        against batched greedy transcription, the order alternating; skipped when the patched side's pipeline raises
-        with the assistant. The other versions are asked once each (one side per environment) what they do."""
+        against batched greedy transcription of the same recordings at every batch size, the two next to each other
+        and their order alternating; skipped when the patched side's pipeline raises with the assistant. The other
+        versions are asked once each (one side per environment) what they do with the largest batch."""
         case = next(case for case in self.cases if CASES[case].kind == "asr")
         plan = self.plan
         tokens = self.tokens(case)
+        sizes = list(ASR_BATCH_SIZES)
+        largest = max(sizes)
         started = self.elapsed()
-        self.asr_meta = {"case": case, "tokens": tokens, "batch_size": ASR_BATCH_SIZE, "reps": plan["asr_reps"]}
-        print(f"[{self.elapsed():6.0f}s] batched speech recognition, batch_size {ASR_BATCH_SIZE}", flush=True)
+        self.asr_meta = {
+            "case": case,
+            "tokens": tokens,
+            "sizes": sizes,
+            "recordings": ASR_RECORDINGS,
+            "reps": plan["asr_reps"],
+        }
+        print(
+            f"[{self.elapsed():6.0f}s] batched speech recognition, batch_size {'/'.join(map(str, sizes))}", flush=True
+        )
         asked = set()
         for side in self.main_sides:
             if self.environments[side] not in asked and self.environments[side] != PATCHED:
                 asked.add(self.environments[side])
-                self.asr_measure(side, "assisted", plan["warmup_tokens"], "asr-probe")
+                self.asr_measure(side, "assisted", largest, plan["warmup_tokens"], "asr-probe")
         if PATCHED not in self.workers:
             self.asr_meta["skipped"] = "the patched side is not part of this run"
             return
+        # One warm-up per method, on the largest batch: the first calls build the pipeline and pay the first use of
+        # each model (every size transcribes the same recordings, only the shapes of the batches differ).
         for method in ("greedy", "assisted"):
-            answer = self.asr_measure(PATCHED, method, plan["warmup_tokens"], "asr-warmup")
+            answer = self.asr_measure(PATCHED, method, largest, plan["warmup_tokens"], "asr-warmup")
             if "failed" in answer:
                 # Not there yet: the rest of the run does not depend on it.
                 self.asr_meta["skipped"] = f"{method}: {answer['failed']}"
                 print(f"[{self.elapsed():6.0f}s] asr-batch skipped: the patched side's pipeline {answer['failed']}")
                 return
         for rep in range(plan["asr_reps"]):
-            for method in ("greedy", "assisted") if rep % 2 == 0 else ("assisted", "greedy"):
-                self.asr_measure(PATCHED, method, tokens, "asr", rep=rep)
+            for size in sizes:
+                for method in ("greedy", "assisted") if rep % 2 == 0 else ("assisted", "greedy"):
+                    self.asr_measure(PATCHED, method, size, tokens, "asr", rep=rep)
         self.asr_meta["seconds"] = self.elapsed() - started
 
     def run_batch_only(self):

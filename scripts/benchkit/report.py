@@ -12,8 +12,19 @@ from .estimate import estimate_lines
 from .plots import plots
 from .real import real_lines, real_section, summarize_real
 from .sides import PATCHED, STOCK
-from .summary import summarize, summarize_asr, summarize_batch, targets, worst_best_constant, worst_poor_draft
+from .summary import (
+    distinct_reasons,
+    summarize,
+    summarize_asr,
+    summarize_batch,
+    targets,
+    worst_best_constant,
+    worst_poor_draft,
+)
 from .workloads import (
+    ASR_EACH_TARGET,
+    ASR_LARGEST_TARGET,
+    ASR_PAIR,
     ASR_SECONDS,
     BATCH_ALIGNED_TARGET,
     BATCH_FORWARDS_TARGET,
@@ -1159,54 +1170,110 @@ def probe_text(answer):
     return f"**ran it** ({work})"
 
 
+def asr_sizes(asr):
+    """The batch sizes of an asr-batch run (a run before several sizes measured one, `batch_size`)."""
+    return asr.get("sizes") or [asr["batch_size"]]
+
+
+def asr_failure(results, size):
+    """Why a batch size of the asr-batch case has no paired runs: the patched side's first failed call, or None."""
+    for result in results:
+        if result.get("phase") == "asr" and result.get("batch_size") == size and "failed" in result:
+            return f"{result['method']}: {result['failed']}"
+    return None
+
+
+def same_text(value):
+    """A check of the asr-batch case in words: yes, **no**, or - where it was not recorded."""
+    return "-" if value is None else ("yes" if value else "**no**")
+
+
+def asr_account(table, sizes):
+    """The fork's account of its assisted calls at every batch size (`summary.asr_decoding`), in words: its
+    schedule, the rounds, candidates drafted and candidates accepted of a call (its batches summed), and the reasons
+    it gave for drafting nothing or stopping; None where it kept none."""
+    found = {size: table[size]["method"]["assisted"]["decoding_stats"] for size in sizes if size in table}
+    found = {size: stats for size, stats in found.items() if stats}
+    if not found:
+        return None
+    calls = ", ".join(f"B={size} {s['rounds']}/{s['drafted']}/{s['accepted']}" for size, s in found.items())
+    reasons = distinct_reasons(reason for stats in found.values() for reason in stats["reasons"])
+    text = f"schedule `{next(iter(found.values()))['schedule']}`, rounds/drafted/accepted per call {calls}"
+    if not reasons:
+        return text + "; no batch stopped drafting"
+    return text + f"; drafted nothing or stopped drafting because: {'; '.join(reasons)}"
+
+
 def asr_section(meta, sides, results):
     """The batched speech recognition section (`asr-batch`), or the reason it was skipped; empty if not run."""
     asr = meta.get("asr")
     if not asr:
         return []
-    row, probes = summarize_asr(results)
+    table, probes = summarize_asr(results)
+    sizes = asr_sizes(asr)
+    recordings = asr.get("recordings", max(sizes))
+    seconds = [ASR_SECONDS[row % len(ASR_SECONDS)] for row in range(recordings)]
     labels = {side.name: side.label for side in sides}
     lines = ["## Batched speech recognition", ""]
     add = lines.append
     add(
         f"`{asr['case']}`: {CASES[asr['case']].description}. The pipeline "
         '(`pipeline("automatic-speech-recognition", model=target, tokenizer=..., feature_extractor=...)`) '
-        f"transcribes {len(ASR_SECONDS)} synthetic recordings "
-        f"({', '.join(f'{seconds:g}' for seconds in ASR_SECONDS)} s of a tone and noise, seeded) {asr['batch_size']} "
-        f"at a time, {asr['tokens']} new tokens per row (no EOS), with `generate_kwargs={{\"assistant_model\": "
-        "assistant}` and without: the random target and assistant are built from configs (seeded), the "
-        "tokenizer is a `WhisperTokenizer` over the 256 bytes and Whisper's special tokens, written here to a "
-        "temporary directory, the feature extractor `WhisperFeatureExtractor()`; nothing is downloaded. The time per "
-        "row is the pipeline call's (feature extraction, the encoders and decoding) over its rows."
+        f"transcribes the same {recordings} synthetic recordings "
+        f"({', '.join(f'{value:g}' for value in seconds)} s of a tone and noise, seeded) at every batch size "
+        f"({', '.join(str(size) for size in sizes)}), {asr['tokens']} new tokens per row (no EOS), with "
+        '`generate_kwargs={"assistant_model": assistant}` and without: the random target and assistant are built '
+        "from configs (seeded), the tokenizer is a `WhisperTokenizer` over the 256 bytes and Whisper's special "
+        "tokens, written here to a temporary directory, the feature extractor `WhisperFeatureExtractor()`; nothing "
+        "is downloaded. The time per row is the pipeline call's (feature extraction, the encoders and decoding) over "
+        "its rows; the forwards are those of the whole call, all its batches."
     )
     add("")
-    if asr.get("skipped") or row is None:
+    if asr.get("skipped") or not table:
         add(
             "**Skipped in this run**: on the patched fork the pipeline raised "
             f"({asr.get('skipped', 'no measurement')}). The case is ready for the pipeline's batched assisted "
             "generation; nothing else in this run depends on it."
         )
     else:
-        greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
         add(
-            f"Patched fork, medians over {row['reps']} repetitions (the order of the two alternating; speedup paired "
-            "per repetition, min-max in brackets):"
+            f"Patched fork, medians over {min(row['reps'] for row in table.values())} repetitions (each size's greedy "
+            "and assisted calls next to each other, their order alternating; ratios paired per repetition, min-max in "
+            "brackets). Same texts, tokens: assisted transcription returned greedy's in every repetition; the same "
+            "every repetition: each method returned the same texts and tokens in every repetition."
         )
         add("")
         add(
-            "| batch size | tokens | batched greedy ms/row | **batched assisted ms/row** | speedup | target forwards "
-            "(greedy / assisted) | assistant forwards | same texts |"
+            "| batch size | batches | tokens | batched greedy ms/row | **batched assisted ms/row** | assisted/greedy "
+            "| target forwards (greedy / assisted) | assistant forwards | same texts, tokens | the same every "
+            "repetition |"
         )
-        add("|---|---|---|---|---|---|---|---|")
-        add(
-            f"| {row['batch_size']} | {row['tokens']} | {ms(greedy['per_row'], 1)} | **{ms(assisted['per_row'], 1)}** "
-            f"| {ratio_text(row['speedup'], 2)}x | {greedy['target_calls']} / {assisted['target_calls']} "
-            f"| {assisted['assistant_calls']} | {'yes' if row['same_texts'] else '**no**'} |"
-        )
+        add("|---|---|---|---|---|---|---|---|---|---|")
+        for size in sizes:
+            row = table.get(size)
+            if row is None:
+                add(f"| {size} | - | - | - | - | n/a ({asr_failure(results, size) or 'no paired runs'}) | | | | |")
+                continue
+            greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
+            add(
+                f"| {size} | {-(-row['rows'] // size)} | {row['tokens']} | {ms(greedy['per_row'], 1)} "
+                f"| **{ms(assisted['per_row'], 1)}** | {ratio_text(row['ratio'])} "
+                f"| {greedy['target_calls']} / {assisted['target_calls']} | {assisted['assistant_calls']} "
+                f"| {same_text(row['same_texts'])}, {same_text(row['same_tokens'])} | {same_text(row['stable'])} |"
+            )
+        add("")
+        account = asr_account(table, sizes)
+        if account:
+            add(
+                "The fork's own account of its assisted calls (`last_assisted_decoding_stats` of each batch, summed "
+                f"over a call's batches): {account}."
+            )
+            add("")
+        lines.extend(f"- {line}" for line in asr_lines(meta, results))
     add("")
     if probes:
         add(
-            "The other versions, asked once each for the same batch with the assistant: "
+            f"The other versions, asked once each for a batch of {max(sizes)} with the assistant: "
             + "; ".join(f"{labels.get(side, side)}: {probe_text(answer)}" for side, answer in probes.items())
             + "."
         )
@@ -1215,26 +1282,109 @@ def asr_section(meta, sides, results):
 
 
 def asr_text(meta, results):
-    """The asr-batch case as the driver prints it."""
+    """The asr-batch case as the driver prints it: a line per batch size."""
     asr = meta.get("asr")
     if not asr:
         return []
-    row, probes = summarize_asr(results)
+    table, probes = summarize_asr(results)
     asked = "; ".join(
         f"{side}: "
         + (answer["failed"][:70] if "failed" in answer else f"ran it, {answer['assistant_calls']} assistant forwards")
         for side, answer in probes.items()
     )
-    if asr.get("skipped") or row is None:
+    if asr.get("skipped") or not table:
         lines = [f"asr-batch: skipped (patched: {asr.get('skipped', 'no measurement')[:100]})"]
     else:
-        greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
+        reps = min(row["reps"] for row in table.values())
         lines = [
-            f"asr-batch (batch_size {row['batch_size']}, {row['tokens']} tokens): greedy {ms(greedy['per_row'], 1)} "
-            f"ms/row, assisted {ms(assisted['per_row'], 1)} ms/row, speedup {ratio_text(row['speedup'], 2)}, "
-            f"same texts {'yes' if row['same_texts'] else 'NO'}"
+            f"asr-batch ({asr.get('recordings', max(asr_sizes(asr)))} recordings, {asr['tokens']} tokens per row, "
+            f"patched, {reps} reps): greedy / assisted ms/row, assisted/greedy, target forwards greedy / assisted, "
+            "assistant forwards, same texts and tokens as greedy, the same every repetition"
         ]
+        for size in asr_sizes(asr):
+            row = table.get(size)
+            if row is None:
+                lines.append(f"  B={size}: n/a ({(asr_failure(results, size) or 'no paired runs')[:100]})")
+                continue
+            greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
+            checks = (row["same_texts"], row["same_tokens"], row["stable"])
+            lines.append(
+                f"  B={size}: {ms(greedy['per_row'], 1)} / {ms(assisted['per_row'], 1)}, {ratio_text(row['ratio'])}, "
+                f"{greedy['target_calls']} / {assisted['target_calls']}, {assisted['assistant_calls']}, "
+                + ", ".join("-" if value is None else ("yes" if value else "NO") for value in checks)
+            )
+        account = asr_account(table, asr_sizes(asr))
+        if account:
+            lines.append(f"asr-batch, the fork's account of its assisted calls: {account}")
     return [""] + lines + ([f"asr-batch, other versions: {asked}"] if asked else [])
+
+
+def asr_outputs(row):
+    """Whether assisted transcription returned greedy's outputs at a batch size, in words for the closing lines."""
+    if not row["same_texts"] or row["same_tokens"] is False:
+        return "NO"
+    return "yes" if row["same_tokens"] else "the same texts (tokens not recorded)"
+
+
+def asr_lines(meta, results):
+    """The closing lines of the asr-batch case: the patched side's assisted over greedy time per row at every batch
+    size against `workloads.ASR_EACH_TARGET`, and at the largest against `workloads.ASR_LARGEST_TARGET`; a target is
+    met only where assisted transcription returned greedy's texts and tokens, the speedup at the largest size only
+    where the assistant ran. None without the case."""
+    asr = meta.get("asr")
+    if not asr:
+        return []
+    table, _ = summarize_asr(results)
+    sizes = asr_sizes(asr)
+    label = "speech recognition pipeline assisted/greedy time per row"
+    size, limit = ASR_LARGEST_TARGET
+    each = f"target <= {limit_text(ASR_EACH_TARGET)} at each"
+    largest = f"target < {limit_text(limit)}"
+    pair = (
+        f"the whisper pair, {ASR_PAIR}: not a pair that agrees throughout, its assistant agrees with the target on "
+        "part of the tokens"
+    )
+    if asr.get("skipped") or not table:
+        why = asr.get("skipped", "no measurement")[:100]
+        return [
+            f"{label}, batch_size {'/'.join(map(str, sizes))}: n/a ({each}; skipped: {why})",
+            f"{label}, batch_size {size}: n/a ({largest}; skipped: {why})",
+        ]
+
+    def verdict(row, met):
+        # A faster call that returns other tokens is no speedup.
+        return "met" if met and asr_outputs(row) != "NO" else "NOT met"
+
+    ran = [table[s] for s in sizes if s in table]
+    figures = ", ".join(f"{table[s]['ratio'][0]:.3f}" if s in table else "n/a" for s in sizes)
+    met = len(ran) == len(sizes) and all(verdict(row, row["ratio"][0] <= ASR_EACH_TARGET) == "met" for row in ran)
+    spreads = ", ".join(f"{row['ratio'][1]:.3f}-{row['ratio'][2]:.3f}" for row in ran)
+    lines = [
+        f"{label}, batch_size {'/'.join(map(str, sizes))}: {figures}, {each}: {'met' if met else 'NOT met'} "
+        f"(patched, medians of {min(row['reps'] for row in ran)} paired runs, spreads {spreads}; the same tokens as "
+        f"greedy: {', '.join(asr_outputs(row) for row in ran)}; the whisper pair, {ran[0]['rows']} recordings, "
+        f"{ran[0]['tokens']} new tokens per row)"
+    ]
+    row = table.get(size)
+    if row is None:
+        lines.append(f"{label}, batch_size {size}: n/a ({largest}; batch_size {size} did not run; {pair})")
+    else:
+        greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
+        # Every batch generates the same new tokens per row: over the target forwards of all the batches.
+        per_forward = row["tokens"] * -(-row["rows"] // size) / assisted["target_calls"]
+        stats = assisted["decoding_stats"]
+        drafted = f", {stats['drafted']} candidates drafted, {stats['accepted']} accepted" if stats else ""
+        # Without a single assistant forward, a ratio below the limit is the machine's noise, not a speedup.
+        met = assisted["assistant_calls"] > 0 and row["ratio"][0] < limit
+        if not assisted["assistant_calls"]:
+            drafted += " (no assistant forward: no speedup, whatever the ratio)"
+        lines.append(
+            f"{label}, batch_size {size}: {ratio_text(row['ratio'])}, {largest}: "
+            f"{verdict(row, met)} ({pair}: {per_forward:.2f} new tokens per row and target "
+            f"forward, {assisted['target_calls']} target forwards against greedy's {greedy['target_calls']}{drafted}; "
+            f"the same tokens as greedy: {asr_outputs(row)}; patched, median of {row['reps']} paired runs)"
+        )
+    return lines
 
 
 def splice_batch(path, lines):
@@ -1573,5 +1723,7 @@ def publish(docs_dir, info, sides, results, meta, json_path):
         closing = case_lines(table, labels)
     else:
         closing = []  # the real cases alone: their own lines
-    for line in closing + batch_lines(meta, results) + real_lines(real_table, meta.get("real")):
+    for line in (
+        closing + batch_lines(meta, results) + asr_lines(meta, results) + real_lines(real_table, meta.get("real"))
+    ):
         print(line)

@@ -298,31 +298,78 @@ def summarize_batch(results, sizes):
     return table, probes
 
 
+def same_every_rep(measured):
+    """Whether the runs of {rep: measurement} (one method, one batch size) returned the same texts and tokens."""
+    first = next(iter(measured.values()))
+    return all(m["texts"] == first["texts"] and m.get("tokens") == first.get("tokens") for m in measured.values())
+
+
+def asr_decoding(stats):
+    """The fork's account of one pipeline call (`last_assisted_decoding_stats` of each of its batches): the schedule,
+    the rounds and the candidates drafted and accepted summed over the batches, and the reasons it gave for drafting
+    nothing or stopping (`distinct_reasons`); None where the worker recorded none (greedy calls, the other versions).
+    """
+    if not stats:
+        return None
+    return {
+        "batches": len(stats),
+        "schedule": stats[0]["schedule"],
+        "rounds": sum(values["num_rounds"] for values in stats),
+        "drafted": sum(values["num_drafted"] for values in stats),
+        "accepted": sum(values["num_accepted"] for values in stats),
+        "reasons": distinct_reasons(values.get("stop_reason") for values in stats),
+    }
+
+
+def distinct_reasons(reasons):
+    """The reasons given, once each: reasons differing only in their figures count as one, the first one's words
+    kept."""
+    kept = {}
+    for reason in reasons:
+        if reason:
+            kept.setdefault(re.sub(r"\d+(\.\d+)?", "#", reason), reason)
+    return list(kept.values())
+
+
 def summarize_asr(results):
-    """(row, probes) of the asr-batch case: row (None without both methods' runs) holds each method's median time
-    per row, its target forwards and texts, the speedup of batched assisted over batched greedy transcription paired
-    per repetition, and whether every repetition's texts are the same; probes: {side: answer} of the versions asked
-    once what they do with a batch and the assistant."""
+    """(table, probes) of the asr-batch case. table: {batch_size: row}, the sizes in the order measured, a row for
+    each size with both methods' runs: each method's median time per row and per token, its target and assistant
+    forwards, its texts and the fork's account of its calls (`asr_decoding`); the ratio of assisted over greedy time
+    per row, paired per repetition (median, min, max); whether each method's texts and tokens are the same in every
+    repetition (`stable`) and whether assisted transcription returned greedy's texts (`same_texts`) and tokens
+    (`same_tokens`, None where the worker did not record them) in every repetition. probes: {side: answer} of the
+    versions asked once what they do with a batch and the assistant."""
     probes = {r["side"]: r for r in results if r.get("phase") == "asr-probe"}
-    runs = {"greedy": {}, "assisted": {}}
+    runs = {}  # batch_size -> method -> rep -> measurement
     for result in results:
         if result.get("phase") == "asr" and "failed" not in result:
-            runs[result["method"]][result["rep"]] = result
-    if not all(runs.values()):
-        return None, probes
-    row = {"method": {}}
-    for method, measured in runs.items():
-        sample = next(iter(measured.values()))
-        row["method"][method] = {
-            "per_row": median([m["per_row"] for m in measured.values()]),
-            "target_calls": sample["target_calls"],
-            "assistant_calls": sample["assistant_calls"],
-            "texts": sample["texts"],
-        }
-    paired = [rep for rep in runs["assisted"] if rep in runs["greedy"]]
-    row["speedup"] = summary_of([runs["greedy"][rep]["per_row"] / runs["assisted"][rep]["per_row"] for rep in paired])
-    row["same_texts"] = all(runs["assisted"][rep]["texts"] == runs["greedy"][rep]["texts"] for rep in paired)
-    row["reps"] = len(paired)
-    sample = next(iter(runs["greedy"].values()))
-    row["rows"], row["batch_size"], row["tokens"] = sample["rows"], sample["batch_size"], sample["max_new_tokens"]
-    return row, probes
+            runs.setdefault(result["batch_size"], {}).setdefault(result["method"], {})[result["rep"]] = result
+    table = {}
+    for size, by_method in runs.items():
+        if set(by_method) != {"greedy", "assisted"}:
+            continue
+        row = {"method": {}}
+        for method, measured in by_method.items():
+            sample = next(iter(measured.values()))
+            row["method"][method] = {
+                "per_row": median([m["per_row"] for m in measured.values()]),
+                "per_token": median([m["per_row"] / m["max_new_tokens"] for m in measured.values()]),
+                "target_calls": sample["target_calls"],
+                "assistant_calls": sample["assistant_calls"],
+                "texts": sample["texts"],
+                "decoding_stats": asr_decoding(sample.get("decoding_stats")),
+            }
+        greedy, assisted = by_method["greedy"], by_method["assisted"]
+        paired = [rep for rep in assisted if rep in greedy]
+        row["ratio"] = summary_of([assisted[rep]["per_row"] / greedy[rep]["per_row"] for rep in paired])
+        row["stable"] = all(same_every_rep(measured) for measured in by_method.values())
+        row["same_texts"] = all(assisted[rep]["texts"] == greedy[rep]["texts"] for rep in paired)
+        recorded = all(run.get("tokens") is not None for rep in paired for run in (assisted[rep], greedy[rep]))
+        row["same_tokens"] = (
+            all(assisted[rep]["tokens"] == greedy[rep]["tokens"] for rep in paired) if recorded and paired else None
+        )
+        row["reps"] = len(paired)
+        sample = next(iter(greedy.values()))
+        row["rows"], row["batch_size"], row["tokens"] = sample["rows"], size, sample["max_new_tokens"]
+        table[size] = row
+    return table, probes

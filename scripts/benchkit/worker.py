@@ -15,7 +15,8 @@ stdout (everything the libraries print goes to stderr). Commands:
         (with "count_ops": true, the answer also counts the tensor operations run outside the model forwards:
         "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
     {"op": "asr", "method": "greedy" | "assisted", "max_new_tokens": N, "batch_size": B}
-        (the speech recognition pipeline on the whisper workload's recordings, B at a time: time per row, texts)
+        (the speech recognition pipeline on the whisper workload's recordings, B at a time: time per row, texts,
+        tokens, the fork's account of each batch)
     {"op": "real", "task": "generate" | "asr", ...}   (the cases on real checkpoints: `benchkit.real`)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
      "prompts": [[TOKEN, ...], ...], "separate": BOOL, "aligned_rows": BOOL}
@@ -542,8 +543,9 @@ class Worker:
 
     def asr(self, method, max_new_tokens, batch_size):
         """One timed call of the speech recognition pipeline on the whisper workload's recordings, `batch_size` at a
-        time, greedy or with the assistant: the time per row and every row's text, or the failure (building the
-        pipeline included: a version may not take these parts)."""
+        time, greedy or with the assistant: the time per row, every row's text and tokens (what `generate` returned
+        to the pipeline, in the order of the recordings), the fork's account of each batch's assisted call, or the
+        failure (building the pipeline included: a version may not take these parts)."""
         from transformers import pipeline
 
         try:
@@ -567,8 +569,23 @@ class Worker:
                 return {"method": method, "failed": f"refuses: ValueError: {error}"}
             generate_kwargs["assistant_model"] = assistant
         audio = parts["audio"]
+        tokens, stats = [], []
+        generate = target.generate
+
+        def recording_generate(*args, **kwargs):
+            # The texts alone could hide a difference (bytes that decode to no character): keep the tokens, and the
+            # fork's account of each batch (none left over from an earlier call).
+            target.__dict__.pop("last_assisted_decoding_stats", None)
+            output = generate(*args, **kwargs)
+            sequences = output.get("sequences") if isinstance(output, dict) else output
+            if torch.is_tensor(sequences):
+                tokens.extend(sequences.tolist())
+            stats.append(decoding_stats(target) if method == "assisted" else None)
+            return output
+
         clock = self.clock
         clock.reset()
+        target.generate = recording_generate  # the pipeline calls its model's generate: this call's, on the instance
         with torch.no_grad():
             clock.sync()
             wall_start = time.perf_counter()
@@ -579,6 +596,8 @@ class Worker:
                 clock.depth = 0
                 kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
                 return {"method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
+            finally:
+                del target.generate
             clock.sync()
             elapsed = clock.now() - start
             wall = time.perf_counter() - wall_start
@@ -594,6 +613,8 @@ class Worker:
             "target_calls": clock.calls_by_module.get(id(target), 0),
             "assistant_calls": clock.calls_by_module.get(id(assistant), 0),
             "texts": [output["text"] for output in outputs],
+            "tokens": tokens if len(tokens) == len(audio) else None,
+            "decoding_stats": stats if stats and all(stats) else None,  # one per batch
             "weights_sha": weights,
         }
 

@@ -641,53 +641,172 @@ def test_the_asr_case_is_measured_apart_with_a_tokenizer_built_here():
     audio = workloads.asr_audio(4)
     assert [len(row) for row in audio] == [int(s * 16000) for s in workloads.ASR_SECONDS]
     assert (audio[0] == workloads.asr_audio(1)[0]).all()
+    # every batch size transcribes the same recordings, enough to fill the largest batch once
+    assert workloads.ASR_BATCH_SIZES == (1, 4, 8) and workloads.ASR_RECORDINGS == max(workloads.ASR_BATCH_SIZES)
+    recordings = workloads.asr_audio(workloads.ASR_RECORDINGS)
+    assert len({len(row) for row in recordings}) == len(workloads.ASR_SECONDS)
+    assert all((first == again).all() for first, again in zip(audio, recordings[:4], strict=True))
+    assert workloads.ASR_LARGEST_TARGET[0] == max(workloads.ASR_BATCH_SIZES)
 
 
 def test_the_asr_worker_transcribes_a_batch_or_reports_what_the_pipeline_raised():
     worker = make_worker()
-    greedy = worker.asr("greedy", 2, workloads.ASR_BATCH_SIZE)
+    largest = max(workloads.ASR_BATCH_SIZES)
+    greedy = worker.asr("greedy", 2, largest)
     assert "failed" not in greedy, greedy
-    assert len(greedy["texts"]) == workloads.ASR_BATCH_SIZE and greedy["target_calls"] == 2
-    assisted = worker.asr("assisted", 2, workloads.ASR_BATCH_SIZE)
+    assert len(greedy["texts"]) == workloads.ASR_RECORDINGS and greedy["target_calls"] == 2
+    # the tokens generate returned, a row per recording: the decoder start token and the 2 new tokens
+    assert len(greedy["tokens"]) == workloads.ASR_RECORDINGS and {len(row) for row in greedy["tokens"]} == {3}
+    assert "generate" not in vars(worker.loaded["whisper"][0])  # the recording wrapper is gone
+    assisted = worker.asr("assisted", 2, largest)
     if "failed" not in assisted:  # the fork's pipeline takes the assistant with a batch
-        assert assisted["texts"] == greedy["texts"]
+        assert assisted["texts"] == greedy["texts"] and assisted["tokens"] == greedy["tokens"]
+        # the fork's account of the call's one batch
+        assert greedy["decoding_stats"] is None and len(assisted["decoding_stats"]) == 1
     else:
         assert assisted["failed"].split(":")[0] in ("refuses", "fails")
 
 
-def asr_results(skipped=False):
+def asr_results(skipped=False, sizes=(1, 4, 8), ratios=None, tokens=None):
+    """The results of an asr-batch run: greedy at 1.0 s per row, assisted at `ratios[size]` (0.5) times it."""
     results = [
         {"phase": "asr-probe", "side": "stock", "method": "assisted", "failed": "refuses: ValueError: batch_size = 1"},
         {"phase": "asr-probe", "side": "5.23.0", "method": "assisted", "target_calls": 4, "assistant_calls": 0}
-        | {"max_new_tokens": 4, "texts": ["a"] * 4},
+        | {"max_new_tokens": 4, "texts": ["a"] * 8},
     ]
     if skipped:
         return results
+    ratios = ratios or {}
     for rep in range(2):
-        for method, per_row, calls in (("greedy", 1.0, 32), ("assisted", 0.5, 12)):
-            results.append(
-                {"phase": "asr", "side": "patched", "method": method, "rep": rep, "per_row": per_row}
-                | {"target_calls": calls, "assistant_calls": 40 if method == "assisted" else 0, "texts": ["t"] * 4}
-                | {"rows": 4, "batch_size": 4, "max_new_tokens": 32}
-            )
+        for size in sizes:
+            batches = 8 // size
+            for method, calls in (("greedy", 32 * batches), ("assisted", 12 * batches)):
+                per_row = 1.0 if method == "greedy" else ratios.get(size, 0.5) * (1 + rep / 10)
+                rows = [[1, 2, 3]] * 8 if tokens is None or method == "greedy" else tokens(size, rep)
+                # the fork's account of each batch: at batch 8 it stopped drafting
+                stop = f"stopped after {rep + 3} rounds" if size == 8 else None
+                stats = {"schedule": "adaptive", "num_rounds": 12, "num_drafted": 30, "num_accepted": 20}
+                results.append(
+                    {"phase": "asr", "side": "patched", "method": method, "rep": rep, "per_row": per_row}
+                    | {"target_calls": calls, "assistant_calls": 40 if method == "assisted" else 0, "texts": ["t"] * 8}
+                    | {"rows": 8, "batch_size": size, "max_new_tokens": 32, "tokens": rows}
+                    | {"decoding_stats": [stats | {"stop_reason": stop}] * batches if method == "assisted" else None}
+                )
     return results
 
 
-def test_the_asr_section_reports_the_timings_or_why_it_was_skipped_and_what_the_others_did():
-    row, probes = summary.summarize_asr(asr_results())
-    assert row["speedup"] == (2.0, 2.0, 2.0) and row["same_texts"] and row["reps"] == 2
-    assert set(probes) == {"stock", "5.23.0"}
+def test_the_asr_summary_pairs_the_methods_at_every_batch_size():
+    table, probes = summary.summarize_asr(asr_results(ratios={8: 0.9}))
+    assert list(table) == [1, 4, 8] and set(probes) == {"stock", "5.23.0"}
+    assert table[4]["ratio"] == pytest.approx((0.525, 0.5, 0.55)) and table[8]["ratio"][0] == pytest.approx(0.945)
+    row = table[1]
+    assert row["same_texts"] and row["same_tokens"] and row["stable"] and row["reps"] == 2 and row["rows"] == 8
+    assert row["method"]["greedy"]["target_calls"] == 256
+    assert row["method"]["assisted"]["per_token"] == pytest.approx(0.525 / 32)
+    # the fork's account, summed over the call's batches
+    assert row["method"]["assisted"]["decoding_stats"] == {
+        "batches": 8,
+        "schedule": "adaptive",
+        "rounds": 96,
+        "drafted": 240,
+        "accepted": 160,
+        "reasons": [],
+    }
+    assert table[8]["method"]["assisted"]["decoding_stats"]["reasons"] == ["stopped after 3 rounds"]
+    assert row["method"]["greedy"]["decoding_stats"] is None
+    # other tokens than greedy's at batch 4; other tokens from one repetition to the next at batch 8
+    other = summary.summarize_asr(asr_results(tokens=lambda size, rep: [[1, 2, 4 if size == 4 else 3]] * 8))[0]
+    assert other[4]["same_tokens"] is False and other[4]["same_texts"] and other[1]["same_tokens"]
+    flaky = summary.summarize_asr(asr_results(tokens=lambda size, rep: [[1, 2, 3 + rep * (size == 8)]] * 8))[0]
+    assert not flaky[8]["stable"] and flaky[4]["stable"]
+    # a run before the tokens were recorded: the texts alone
+    results = asr_results()
+    for result in results:
+        result.pop("tokens", None)
+    assert summary.summarize_asr(results)[0][8]["same_tokens"] is None
+    # a size without both methods' runs has no row
+    results = [r for r in asr_results() if not (r.get("batch_size") == 4 and r["method"] == "assisted")]
+    assert list(summary.summarize_asr(results)[0]) == [1, 8]
+
+
+def test_the_asr_section_reports_every_size_or_why_it_was_skipped_and_what_the_others_did():
     run = sides.run_sides(["5.23.0"])
-    meta = {"asr": {"case": "asr-batch", "tokens": 32, "batch_size": 4, "reps": 2}}
+    meta = {"asr": {"case": "asr-batch", "tokens": 32, "sizes": [1, 4, 8], "recordings": 8, "reps": 2}}
     text = "\n".join(report.asr_section(meta, run, asr_results()))
-    assert "| 4 | 32 | 1000.0 | **500.0** | 2.00 (2.00-2.00)x | 32 / 12 | 40 | yes |" in text
+    assert "transcribes the same 8 synthetic recordings (2, 3, 2.5, 3.5, 2, 3, 2.5, 3.5 s" in text
+    assert "| 1 | 8 | 32 | 1000.0 | **525.0** | 0.525 (0.500-0.550) | 256 / 96 | 40 | yes, yes | yes |" in text
+    assert "| 8 | 1 | 32 | 1000.0 | **525.0** | 0.525 (0.500-0.550) | 32 / 12 | 40 | yes, yes | yes |" in text
+    assert "- speech recognition pipeline assisted/greedy time per row, batch_size 1/4/8: 0.525, 0.525, 0.525" in text
     assert "stock 4.31.0: **refuses** (`ValueError: batch_size = 1`)" in text
+    assert "asked once each for a batch of 8 with the assistant" in text
     assert "upstream 5.23.0: **ran it without the assistant** (4 target forwards and 0 assistant forwards" in text
+    assert (
+        "summed over a call's batches): schedule `adaptive`, rounds/drafted/accepted per call B=1 96/240/160, "
+        "B=4 24/60/40, B=8 12/30/20; drafted nothing or stopped drafting because: stopped after 3 rounds." in text
+    )
+    printed = report.asr_text(meta, asr_results())
+    assert printed[2] == "  B=1: 1000.0 / 525.0, 0.525 (0.500-0.550), 256 / 96, 40, yes, yes, yes"
+    assert printed[5].startswith("asr-batch, the fork's account of its assisted calls: schedule `adaptive`")
+    assert printed[-1].startswith("asr-batch, other versions: stock: refuses")
+    # a size whose calls failed: said so in its row
+    failed = [r for r in asr_results() if not (r.get("batch_size") == 4 and r["method"] == "assisted")]
+    failed.append(
+        {"phase": "asr", "side": "patched", "method": "assisted", "rep": 0, "batch_size": 4} | {"failed": "fails: E"}
+    )
+    text = "\n".join(report.asr_section(meta, run, failed))
+    assert "| 4 | - | - | - | - | n/a (assisted: fails: E) | | | | |" in text
+    assert "  B=4: n/a (assisted: fails: E)" in report.asr_text(meta, failed)
     meta["asr"]["skipped"] = "assisted: fails: RuntimeError: dtypes"
     text = "\n".join(report.asr_section(meta, run, asr_results(skipped=True)))
     assert "**Skipped in this run**: on the patched fork the pipeline raised (assisted: fails: RuntimeError" in text
     assert report.asr_text(meta, asr_results(skipped=True))[1].startswith("asr-batch: skipped (patched: assisted")
-    assert report.asr_section({"asr": None}, run, []) == []
+    assert report.asr_lines(meta, asr_results(skipped=True))[1].endswith(
+        "batch_size 8: n/a (target < 1.00; skipped: assisted: fails: RuntimeError: dtypes)"
+    )
+    assert report.asr_section({"asr": None}, run, []) == [] and report.asr_lines({"asr": None}, []) == []
+    # a run of one batch size (before several were measured)
+    old = {"asr": {"case": "asr-batch", "tokens": 32, "batch_size": 4, "reps": 2}}
+    assert "| 4 | 2 | 32 | 1000.0 |" in "\n".join(report.asr_section(old, run, asr_results(sizes=(4,))))
+
+
+def test_the_asr_closing_lines_judge_every_size_and_the_largest_with_the_same_tokens():
+    meta = {"asr": {"case": "asr-batch", "tokens": 32, "sizes": [1, 4, 8], "recordings": 8, "reps": 2}}
+    each, largest = report.asr_lines(meta, asr_results(ratios={1: 1.0, 8: 0.9}))
+    assert each.startswith(
+        "speech recognition pipeline assisted/greedy time per row, batch_size 1/4/8: 1.050, 0.525, 0.945, "
+        "target <= 1.05 at each: met (patched, medians of 2 paired runs, spreads 1.000-1.100, 0.500-0.550, "
+        "0.900-0.990; the same tokens as greedy: yes, yes, yes; the whisper pair, 8 recordings, 32 new tokens per row)"
+    )
+    assert largest.startswith(
+        "speech recognition pipeline assisted/greedy time per row, batch_size 8: 0.945 (0.900-0.990), target < 1.00: "
+        "met (the whisper pair, random Whisper (1+4 layers, 128 wide) + random 1+1-layer assistant with a copy of its "
+        "token embeddings: not a pair that agrees throughout"
+    )
+    assert (
+        "2.67 new tokens per row and target forward, 12 target forwards against greedy's 32, 30 candidates" in largest
+    )
+    each, largest = report.asr_lines(meta, asr_results(ratios={4: 0.6, 8: 1.0}))
+    assert "1.050 (1.000-1.100), target < 1.00: NOT met" in largest and "0.525, 0.630, 1.050" in each
+    assert "target <= 1.05 at each: met (" in each
+    assert ": NOT met" in report.asr_lines(meta, asr_results(ratios={1: 1.1}))[0]
+    # faster, but not greedy's tokens: no speedup
+    other = asr_results(tokens=lambda size, rep: [[1, 2, 4 if size == 8 else 3]] * 8)
+    each, largest = report.asr_lines(meta, other)
+    assert "target <= 1.05 at each: NOT met" in each and "the same tokens as greedy: yes, yes, NO" in each
+    assert "target < 1.00: NOT met" in largest
+    # faster at batch 8 without a single assistant forward: the machine's noise, no speedup
+    quiet = asr_results(ratios={8: 0.9})
+    for result in quiet:
+        if result.get("batch_size") == 8 and result["method"] == "assisted":
+            result["assistant_calls"] = 0
+    largest = report.asr_lines(meta, quiet)[1]
+    assert "0.945 (0.900-0.990), target < 1.00: NOT met" in largest
+    assert "(no assistant forward: no speedup, whatever the ratio)" in largest
+    # a size that did not run: n/a, and the target at each size not met
+    results = [r for r in asr_results() if r.get("batch_size") != 8]
+    each, largest = report.asr_lines(meta, results)
+    assert "batch_size 1/4/8: 0.525, 0.525, n/a, target <= 1.05 at each: NOT met" in each
+    assert largest.startswith("speech recognition pipeline assisted/greedy time per row, batch_size 8: n/a (target")
 
 
 # ---- the batch table
