@@ -10,7 +10,7 @@ repetitions only start within `FULL["budget_s"]`, which the minimum repetitions 
 
 from . import real
 from .measure import FULL, QUICK
-from .workloads import CASES, greedy_name
+from .workloads import ASR_ANY_PAIR, ASR_WORKLOADS, CASES, greedy_name
 
 
 def reference_cases(cases):
@@ -64,10 +64,11 @@ def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
         elif phase.startswith("batch"):
             part, scale = "batches", full["warmup_tokens"] / quick["warmup_tokens"]
         elif phase == "asr":
-            # Every batch size transcribes the same recordings in both runs: its calls scale alike.
-            case = "asr-batch"
-            part = case
-            scale = CASES[case].tokens / CASES[case].quick_tokens * full["asr_reps"] / quick["asr_reps"]
+            # Every batch size transcribes the same recordings in both runs: a pair's calls scale alike, by its own
+            # tokens and repetitions (a run before several pairs ran the whisper pair alone).
+            part = "asr-batch"
+            way = ASR_WORKLOADS[result.get("workload", ASR_ANY_PAIR)]
+            scale = way.new_tokens(False) / way.new_tokens(True) * full[way.reps] / quick[way.reps]
         elif phase.startswith("asr"):
             part, scale = "asr-batch", 1.0
         elif phase.startswith("real"):

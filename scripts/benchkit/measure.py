@@ -17,8 +17,10 @@ from pathlib import Path
 from . import real
 from .sides import GREEDY_SIDES, PATCHED, case_sides, reference_sides
 from .workloads import (
+    ASR_ANY_PAIR,
     ASR_BATCH_SIZES,
     ASR_RECORDINGS,
+    ASR_WORKLOADS,
     BATCH_METHODS,
     CASES,
     GROUPS,
@@ -50,7 +52,11 @@ FULL = {
     "budget_s": 12 * 60,  # no optional repetition starts after this
     "batch_reps": 5,
     "batch_tokens": 128,
+    # The asr-batch case, 67 s on two loaded cores: the whisper pair 3 repetitions (10 to 13 s each); the
+    # distil-whisper-shaped pair one (its encoder makes each of its calls 3 to 5 s: 22 s a repetition, 10 s more to
+    # build it and warm it up).
     "asr_reps": 3,
+    "asr_agreeing_reps": 1,
 }
 QUICK = {
     "headline_reps": (5, 7),
@@ -65,6 +71,7 @@ QUICK = {
     "batch_reps": 2,
     "batch_tokens": 64,
     "asr_reps": 2,
+    "asr_agreeing_reps": 1,
 }
 
 
@@ -460,12 +467,16 @@ class Bench:
                 self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
         self.batch_meta.update(load_end=load_average(), seconds=self.elapsed() - started)
 
-    def asr_measure(self, side, method, size, tokens, phase, rep=None):
-        answer = self.workers[side].ask({"op": "asr", "method": method, "max_new_tokens": tokens, "batch_size": size})
-        answer.update(side=side, phase=phase, rep=rep, case=f"asr:{method}:{size}", max_new_tokens=tokens)
-        answer.setdefault("batch_size", size)  # a failure's answer too: the report says which size failed
+    def asr_measure(self, side, workload, method, size, tokens, phase, rep=None):
+        command = {"op": "asr", "workload": workload, "method": method, "max_new_tokens": tokens, "batch_size": size}
+        answer = self.workers[side].ask(command)
+        answer.update(side=side, phase=phase, rep=rep, case=f"asr:{workload}:{method}:{size}", max_new_tokens=tokens)
+        # A failure's answer too: the report says which pair and size failed.
+        answer.update(workload=workload, batch_size=answer.get("batch_size", size))
         self.results.append(answer)
-        where = f"[{self.elapsed():6.0f}s] {phase:<10} asr B={size:<2} {method:<8} {side:<12} {tokens:5d} tok  "
+        where = (
+            f"[{self.elapsed():6.0f}s] {phase:<10} {workload:<14} B={size:<2} {method:<8} {side:<12} {tokens:5d} tok  "
+        )
         if "failed" in answer:
             print(f"{where}{answer['failed'][:100]}", flush=True)
         elif phase != "asr-warmup":
@@ -476,46 +487,53 @@ class Bench:
 
     def asr_table(self):
         """Batched speech recognition through the pipeline (`asr-batch`): on the patched fork, batched assisted
-        against batched greedy transcription of the same recordings at every batch size, the two next to each other
-        and their order alternating; skipped when the patched side's pipeline raises with the assistant. The other
-        versions are asked once each (one side per environment) what they do with the largest batch."""
+        against batched greedy transcription of the same recordings at every batch size, with every pair of
+        `workloads.ASR_WORKLOADS` (its own tokens and repetitions), the two methods next to each other and their
+        order alternating from one repetition to the next, the pairs interleaved within a repetition; a pair is
+        skipped when the patched side's pipeline raises at its warm-up. The other versions are asked once each (one
+        side per environment) what they do with the largest batch of the whisper pair."""
         case = next(case for case in self.cases if CASES[case].kind == "asr")
         plan = self.plan
-        tokens = self.tokens(case)
         sizes = list(ASR_BATCH_SIZES)
         largest = max(sizes)
         started = self.elapsed()
-        self.asr_meta = {
-            "case": case,
-            "tokens": tokens,
-            "sizes": sizes,
-            "recordings": ASR_RECORDINGS,
-            "reps": plan["asr_reps"],
+        pairs = {
+            name: {"tokens": way.new_tokens(self.quick), "reps": plan[way.reps]} for name, way in ASR_WORKLOADS.items()
         }
+        self.asr_meta = {"case": case, "sizes": sizes, "recordings": ASR_RECORDINGS, "pairs": pairs}
         print(
-            f"[{self.elapsed():6.0f}s] batched speech recognition, batch_size {'/'.join(map(str, sizes))}", flush=True
+            f"[{self.elapsed():6.0f}s] batched speech recognition, {', '.join(pairs)}, "
+            f"batch_size {'/'.join(map(str, sizes))}",
+            flush=True,
         )
         asked = set()
         for side in self.main_sides:
             if self.environments[side] not in asked and self.environments[side] != PATCHED:
                 asked.add(self.environments[side])
-                self.asr_measure(side, "assisted", largest, plan["warmup_tokens"], "asr-probe")
+                self.asr_measure(side, ASR_ANY_PAIR, "assisted", largest, plan["warmup_tokens"], "asr-probe")
         if PATCHED not in self.workers:
             self.asr_meta["skipped"] = "the patched side is not part of this run"
             return
-        # One warm-up per method, on the largest batch: the first calls build the pipeline and pay the first use of
-        # each model (every size transcribes the same recordings, only the shapes of the batches differ).
-        for method in ("greedy", "assisted"):
-            answer = self.asr_measure(PATCHED, method, largest, plan["warmup_tokens"], "asr-warmup")
-            if "failed" in answer:
-                # Not there yet: the rest of the run does not depend on it.
-                self.asr_meta["skipped"] = f"{method}: {answer['failed']}"
-                print(f"[{self.elapsed():6.0f}s] asr-batch skipped: the patched side's pipeline {answer['failed']}")
-                return
-        for rep in range(plan["asr_reps"]):
-            for size in sizes:
-                for method in ("greedy", "assisted") if rep % 2 == 0 else ("assisted", "greedy"):
-                    self.asr_measure(PATCHED, method, size, tokens, "asr", rep=rep)
+        # One warm-up per pair and method, on the largest batch: the first calls build the pair and its pipeline and
+        # pay the first use of each model (every size transcribes the same recordings, only the batches' shapes
+        # differ).
+        for name, pair in pairs.items():
+            for method in ("greedy", "assisted"):
+                answer = self.asr_measure(PATCHED, name, method, largest, plan["warmup_tokens"], "asr-warmup")
+                if "failed" in answer:
+                    # Not there yet: the rest of the run does not depend on it.
+                    pair["skipped"] = f"{method}: {answer['failed']}"
+                    why = answer["failed"]
+                    print(f"[{self.elapsed():6.0f}s] asr-batch, {name} skipped: the patched side's pipeline {why}")
+                    break
+        measured = {name: pair for name, pair in pairs.items() if "skipped" not in pair}
+        for rep in range(max((pair["reps"] for pair in measured.values()), default=0)):
+            for name, pair in measured.items():
+                if rep >= pair["reps"]:
+                    continue
+                for size in sizes:
+                    for method in ("greedy", "assisted") if rep % 2 == 0 else ("assisted", "greedy"):
+                        self.asr_measure(PATCHED, name, method, size, pair["tokens"], "asr", rep=rep)
         self.asr_meta["seconds"] = self.elapsed() - started
 
     def run_batch_only(self):

@@ -22,10 +22,12 @@ from .summary import (
     worst_poor_draft,
 )
 from .workloads import (
+    ASR_AGREEING_PAIR,
+    ASR_ANY_PAIR,
     ASR_EACH_TARGET,
     ASR_LARGEST_TARGET,
-    ASR_PAIR,
     ASR_SECONDS,
+    ASR_WORKLOADS,
     BATCH_ALIGNED_TARGET,
     BATCH_FORWARDS_TARGET,
     BATCH_GREEDY_TARGET,
@@ -1175,10 +1177,35 @@ def asr_sizes(asr):
     return asr.get("sizes") or [asr["batch_size"]]
 
 
-def asr_failure(results, size):
-    """Why a batch size of the asr-batch case has no paired runs: the patched side's first failed call, or None."""
+def asr_pairs(asr):
+    """{workload: {"tokens", "reps", "skipped" where its warm-up failed}} of the pairs an asr-batch run measured, in
+    its order (a run before several pairs measured the whisper pair alone, its tokens and repetitions the case's)."""
+    if "pairs" in asr:
+        return asr["pairs"]
+    return {ASR_ANY_PAIR: {"tokens": asr["tokens"], "reps": asr.get("reps")}}
+
+
+def asr_skipped(asr, workload):
+    """Why a pair of the asr-batch case was not measured: the whole case skipped, its warm-up failed, or not part of
+    the run; None where it was measured."""
+    pairs = asr_pairs(asr)
+    if asr.get("skipped"):
+        return asr["skipped"]
+    if workload not in pairs:
+        return "not part of this run"
+    return pairs[workload].get("skipped")
+
+
+def asr_failure(results, size, workload=ASR_ANY_PAIR):
+    """Why a batch size of a pair of the asr-batch case has no paired runs: the patched side's first failed call, or
+    None."""
     for result in results:
-        if result.get("phase") == "asr" and result.get("batch_size") == size and "failed" in result:
+        if (
+            result.get("phase") == "asr"
+            and result.get("batch_size") == size
+            and result.get("workload", ASR_ANY_PAIR) == workload
+            and "failed" in result
+        ):
             return f"{result['method']}: {result['failed']}"
     return None
 
@@ -1204,44 +1231,63 @@ def asr_account(table, sizes):
     return text + f"; drafted nothing or stopped drafting because: {'; '.join(reasons)}"
 
 
+def plural(count, noun):
+    """`count` `noun`s in words: 1 repetition, 2 repetitions."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def asr_label(workload):
+    """A pair of the asr-batch case by name: its label (`workloads.ASR_WORKLOADS`), or the workload's own name."""
+    return ASR_WORKLOADS[workload].label if workload in ASR_WORKLOADS else workload
+
+
 def asr_section(meta, sides, results):
-    """The batched speech recognition section (`asr-batch`), or the reason it was skipped; empty if not run."""
+    """The batched speech recognition section (`asr-batch`): a table per pair, or the reason it was skipped; empty
+    if not run."""
     asr = meta.get("asr")
     if not asr:
         return []
-    table, probes = summarize_asr(results)
     sizes = asr_sizes(asr)
+    pairs = asr_pairs(asr)
     recordings = asr.get("recordings", max(sizes))
     seconds = [ASR_SECONDS[row % len(ASR_SECONDS)] for row in range(recordings)]
     labels = {side.name: side.label for side in sides}
     lines = ["## Batched speech recognition", ""]
     add = lines.append
     add(
-        f"`{asr['case']}`: {CASES[asr['case']].description}. The pipeline "
-        '(`pipeline("automatic-speech-recognition", model=target, tokenizer=..., feature_extractor=...)`) '
-        f"transcribes the same {recordings} synthetic recordings "
+        f"`{asr['case']}`: batched assisted against batched greedy transcription through the speech recognition "
+        f"pipeline, with the {' and the '.join(asr_label(workload) for workload in pairs)}. The pipeline "
+        '(`pipeline("automatic-speech-recognition", model=target, tokenizer=..., feature_extractor=...)`, one per '
+        f"target) transcribes the same {recordings} synthetic recordings "
         f"({', '.join(f'{value:g}' for value in seconds)} s of a tone and noise, seeded) at every batch size "
-        f"({', '.join(str(size) for size in sizes)}), {asr['tokens']} new tokens per row (no EOS), with "
-        '`generate_kwargs={"assistant_model": assistant}` and without: the random target and assistant are built '
-        "from configs (seeded), the tokenizer is a `WhisperTokenizer` over the 256 bytes and Whisper's special "
-        "tokens, written here to a temporary directory, the feature extractor `WhisperFeatureExtractor()`; nothing "
-        "is downloaded. The time per row is the pipeline call's (feature extraction, the encoders and decoding) over "
-        "its rows; the forwards are those of the whole call, all its batches."
+        f"({', '.join(str(size) for size in sizes)}), with "
+        '`generate_kwargs={"assistant_model": assistant}` and without, no EOS: the random targets and assistants are '
+        "built from configs (seeded), the tokenizer is a `WhisperTokenizer` over the 256 bytes and Whisper's special "
+        "tokens (the vocabulary of every pair here), written to a temporary directory, the feature extractor "
+        "`WhisperFeatureExtractor()`; nothing is downloaded. The time per row is the pipeline call's (feature "
+        "extraction, the encoders and decoding) over its rows; the forwards are those of the whole call, all its "
+        "batches. Patched fork, each size's greedy and assisted calls next to each other, their order alternating "
+        "from one repetition to the next, the pairs interleaved; medians, ratios paired per repetition (min-max in "
+        "brackets). Same texts, tokens: assisted transcription returned greedy's in every repetition; the same every "
+        "repetition: each method returned the same texts and tokens in every repetition."
     )
     add("")
-    if asr.get("skipped") or not table:
-        add(
-            "**Skipped in this run**: on the patched fork the pipeline raised "
-            f"({asr.get('skipped', 'no measurement')}). The case is ready for the pipeline's batched assisted "
-            "generation; nothing else in this run depends on it."
-        )
-    else:
-        add(
-            f"Patched fork, medians over {min(row['reps'] for row in table.values())} repetitions (each size's greedy "
-            "and assisted calls next to each other, their order alternating; ratios paired per repetition, min-max in "
-            "brackets). Same texts, tokens: assisted transcription returned greedy's in every repetition; the same "
-            "every repetition: each method returned the same texts and tokens in every repetition."
-        )
+    for workload, pair in pairs.items():
+        table, _ = summarize_asr(results, workload)
+        description = ASR_WORKLOADS[workload].description if workload in ASR_WORKLOADS else workload
+        add(f"**The {asr_label(workload)}** (`{workload}`): {description}.")
+        add("")
+        skipped = asr_skipped(asr, workload)
+        if skipped or not table:
+            add(
+                "**Skipped in this run**: on the patched fork the pipeline raised "
+                f"({skipped or 'no measurement'}). The case is ready for the pipeline's batched assisted "
+                "generation; nothing else in this run depends on it."
+            )
+            add("")
+            continue
+        reps = min(row["reps"] for row in table.values())
+        add(f"{pair['tokens']} new tokens per row, {plural(reps, 'repetition')}.")
         add("")
         add(
             "| batch size | batches | tokens | batched greedy ms/row | **batched assisted ms/row** | assisted/greedy "
@@ -1252,7 +1298,8 @@ def asr_section(meta, sides, results):
         for size in sizes:
             row = table.get(size)
             if row is None:
-                add(f"| {size} | - | - | - | - | n/a ({asr_failure(results, size) or 'no paired runs'}) | | | | |")
+                why = asr_failure(results, size, workload) or "no paired runs"
+                add(f"| {size} | - | - | - | - | n/a ({why}) | | | | |")
                 continue
             greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
             add(
@@ -1269,11 +1316,12 @@ def asr_section(meta, sides, results):
                 f"over a call's batches): {account}."
             )
             add("")
-        lines.extend(f"- {line}" for line in asr_lines(meta, results))
+    lines.extend(f"- {line}" for line in asr_lines(meta, results))
     add("")
+    _, probes = summarize_asr(results)
     if probes:
         add(
-            f"The other versions, asked once each for a batch of {max(sizes)} with the assistant: "
+            f"The other versions, asked once each for a batch of {max(sizes)} of the whisper pair with the assistant: "
             + "; ".join(f"{labels.get(side, side)}: {probe_text(answer)}" for side, answer in probes.items())
             + "."
         )
@@ -1282,29 +1330,34 @@ def asr_section(meta, sides, results):
 
 
 def asr_text(meta, results):
-    """The asr-batch case as the driver prints it: a line per batch size."""
+    """The asr-batch case as the driver prints it: per pair, a line per batch size."""
     asr = meta.get("asr")
     if not asr:
         return []
-    table, probes = summarize_asr(results)
+    _, probes = summarize_asr(results)
     asked = "; ".join(
         f"{side}: "
         + (answer["failed"][:70] if "failed" in answer else f"ran it, {answer['assistant_calls']} assistant forwards")
         for side, answer in probes.items()
     )
-    if asr.get("skipped") or not table:
-        lines = [f"asr-batch: skipped (patched: {asr.get('skipped', 'no measurement')[:100]})"]
-    else:
+    lines = []
+    for workload, pair in asr_pairs(asr).items():
+        table, _ = summarize_asr(results, workload)
+        skipped = asr_skipped(asr, workload)
+        if skipped or not table:
+            lines.append(f"asr-batch, {workload}: skipped (patched: {(skipped or 'no measurement')[:100]})")
+            continue
         reps = min(row["reps"] for row in table.values())
-        lines = [
-            f"asr-batch ({asr.get('recordings', max(asr_sizes(asr)))} recordings, {asr['tokens']} tokens per row, "
-            f"patched, {reps} reps): greedy / assisted ms/row, assisted/greedy, target forwards greedy / assisted, "
-            "assistant forwards, same texts and tokens as greedy, the same every repetition"
-        ]
+        lines.append(
+            f"asr-batch, {workload} ({asr.get('recordings', max(asr_sizes(asr)))} recordings, {pair['tokens']} "
+            f"tokens per row, patched, {plural(reps, 'rep')}): greedy / assisted ms/row, assisted/greedy, target "
+            "forwards greedy / assisted, assistant forwards, same texts and tokens as greedy, the same every "
+            "repetition"
+        )
         for size in asr_sizes(asr):
             row = table.get(size)
             if row is None:
-                lines.append(f"  B={size}: n/a ({(asr_failure(results, size) or 'no paired runs')[:100]})")
+                lines.append(f"  B={size}: n/a ({(asr_failure(results, size, workload) or 'no paired runs')[:100]})")
                 continue
             greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
             checks = (row["same_texts"], row["same_tokens"], row["stable"])
@@ -1315,7 +1368,7 @@ def asr_text(meta, results):
             )
         account = asr_account(table, asr_sizes(asr))
         if account:
-            lines.append(f"asr-batch, the fork's account of its assisted calls: {account}")
+            lines.append(f"asr-batch, {workload}, the fork's account of its assisted calls: {account}")
     return [""] + lines + ([f"asr-batch, other versions: {asked}"] if asked else [])
 
 
@@ -1326,63 +1379,80 @@ def asr_outputs(row):
     return "yes" if row["same_tokens"] else "the same texts (tokens not recorded)"
 
 
+def asr_record(row):
+    """The fork's record of a size's assisted calls in words for the closing lines: rounds, candidates drafted and
+    accepted (its batches summed); None where it kept none."""
+    stats = row["method"]["assisted"]["decoding_stats"]
+    if not stats:
+        return None
+    return f"{stats['rounds']} rounds, {stats['drafted']} candidates drafted, {stats['accepted']} accepted"
+
+
 def asr_lines(meta, results):
-    """The closing lines of the asr-batch case: the patched side's assisted over greedy time per row at every batch
-    size against `workloads.ASR_EACH_TARGET`, and at the largest against `workloads.ASR_LARGEST_TARGET`; a target is
-    met only where assisted transcription returned greedy's texts and tokens, the speedup at the largest size only
-    where the assistant ran. None without the case."""
+    """The closing lines of the asr-batch case: with the whisper pair (any pair), the patched side's assisted over
+    greedy time per row at every batch size against `workloads.ASR_EACH_TARGET`; with the pair that agrees (the
+    distil-whisper-shaped pair sharing the encoder), at the largest size against `workloads.ASR_LARGEST_TARGET`. A
+    target is met only where assisted transcription returned greedy's texts and tokens, the speedup only where the
+    assistant ran. Empty without the case; n/a for a pair the run did not measure (a run before the second pair)."""
     asr = meta.get("asr")
     if not asr:
         return []
-    table, _ = summarize_asr(results)
-    sizes = asr_sizes(asr)
     label = "speech recognition pipeline assisted/greedy time per row"
-    size, limit = ASR_LARGEST_TARGET
-    each = f"target <= {limit_text(ASR_EACH_TARGET)} at each"
-    largest = f"target < {limit_text(limit)}"
-    pair = (
-        f"the whisper pair, {ASR_PAIR}: not a pair that agrees throughout, its assistant agrees with the target on "
-        "part of the tokens"
-    )
-    if asr.get("skipped") or not table:
-        why = asr.get("skipped", "no measurement")[:100]
-        return [
-            f"{label}, batch_size {'/'.join(map(str, sizes))}: n/a ({each}; skipped: {why})",
-            f"{label}, batch_size {size}: n/a ({largest}; skipped: {why})",
-        ]
+    sizes = asr_sizes(asr)
 
     def verdict(row, met):
         # A faster call that returns other tokens is no speedup.
         return "met" if met and asr_outputs(row) != "NO" else "NOT met"
 
-    ran = [table[s] for s in sizes if s in table]
-    figures = ", ".join(f"{table[s]['ratio'][0]:.3f}" if s in table else "n/a" for s in sizes)
-    met = len(ran) == len(sizes) and all(verdict(row, row["ratio"][0] <= ASR_EACH_TARGET) == "met" for row in ran)
-    spreads = ", ".join(f"{row['ratio'][1]:.3f}-{row['ratio'][2]:.3f}" for row in ran)
-    lines = [
-        f"{label}, batch_size {'/'.join(map(str, sizes))}: {figures}, {each}: {'met' if met else 'NOT met'} "
-        f"(patched, medians of {min(row['reps'] for row in ran)} paired runs, spreads {spreads}; the same tokens as "
-        f"greedy: {', '.join(asr_outputs(row) for row in ran)}; the whisper pair, {ran[0]['rows']} recordings, "
-        f"{ran[0]['tokens']} new tokens per row)"
-    ]
+    def record(row):
+        text = asr_record(row)
+        return f"; the fork's record: {text}" if text else ""
+
+    # Any pair: the pipeline with an assistant never loses, at each size.
+    name = f"{label}, {asr_label(ASR_ANY_PAIR)}, batch_size {'/'.join(map(str, sizes))}"
+    each = f"target <= {limit_text(ASR_EACH_TARGET)} at each"
+    table, _ = summarize_asr(results, ASR_ANY_PAIR)
+    skipped = asr_skipped(asr, ASR_ANY_PAIR)
+    if skipped or not table:
+        lines = [f"{name}: n/a ({each}; skipped: {(skipped or 'no measurement')[:100]})"]
+    else:
+        ran = [table[s] for s in sizes if s in table]
+        figures = ", ".join(f"{table[s]['ratio'][0]:.3f}" if s in table else "n/a" for s in sizes)
+        met = len(ran) == len(sizes) and all(verdict(row, row["ratio"][0] <= ASR_EACH_TARGET) == "met" for row in ran)
+        spreads = ", ".join(f"{row['ratio'][1]:.3f}-{row['ratio'][2]:.3f}" for row in ran)
+        records = "; ".join(f"B={row['batch_size']} {asr_record(row)}" for row in ran if asr_record(row))
+        lines = [
+            f"{name}: {figures}, {each}: {'met' if met else 'NOT met'} "
+            f"(patched, medians of {min(row['reps'] for row in ran)} paired runs, spreads {spreads}; the same tokens "
+            f"as greedy: {', '.join(asr_outputs(row) for row in ran)}; {ran[0]['rows']} recordings, "
+            f"{ran[0]['tokens']} new tokens per row" + (f"; the fork's record: {records}" if records else "") + ")"
+        ]
+    # A pair that agrees: faster at the largest size.
+    size, limit = ASR_LARGEST_TARGET
+    name = f"{label}, {asr_label(ASR_AGREEING_PAIR)}, batch_size {size}"
+    largest = f"target < {limit_text(limit)}"
+    table, _ = summarize_asr(results, ASR_AGREEING_PAIR)
+    skipped = asr_skipped(asr, ASR_AGREEING_PAIR)
     row = table.get(size)
-    if row is None:
-        lines.append(f"{label}, batch_size {size}: n/a ({largest}; batch_size {size} did not run; {pair})")
+    if skipped or not table:
+        lines.append(f"{name}: n/a ({largest}; skipped: {(skipped or 'no measurement')[:100]})")
+    elif row is None:
+        why = asr_failure(results, size, ASR_AGREEING_PAIR) or "no paired runs"
+        lines.append(f"{name}: n/a ({largest}; batch_size {size} did not run: {why[:100]})")
     else:
         greedy, assisted = row["method"]["greedy"], row["method"]["assisted"]
         # Every batch generates the same new tokens per row: over the target forwards of all the batches.
         per_forward = row["tokens"] * -(-row["rows"] // size) / assisted["target_calls"]
-        stats = assisted["decoding_stats"]
-        drafted = f", {stats['drafted']} candidates drafted, {stats['accepted']} accepted" if stats else ""
         # Without a single assistant forward, a ratio below the limit is the machine's noise, not a speedup.
         met = assisted["assistant_calls"] > 0 and row["ratio"][0] < limit
-        if not assisted["assistant_calls"]:
-            drafted += " (no assistant forward: no speedup, whatever the ratio)"
+        quiet = "" if assisted["assistant_calls"] else " (no assistant forward: no speedup, whatever the ratio)"
         lines.append(
-            f"{label}, batch_size {size}: {ratio_text(row['ratio'])}, {largest}: "
-            f"{verdict(row, met)} ({pair}: {per_forward:.2f} new tokens per row and target "
-            f"forward, {assisted['target_calls']} target forwards against greedy's {greedy['target_calls']}{drafted}; "
-            f"the same tokens as greedy: {asr_outputs(row)}; patched, median of {row['reps']} paired runs)"
+            f"{name}: {row['ratio'][0]:.3f}, {largest}: {verdict(row, met)} (patched, median of "
+            f"{plural(row['reps'], 'paired run')}, spread {row['ratio'][1]:.3f}-{row['ratio'][2]:.3f}; "
+            f"{per_forward:.2f} new tokens per row and target forward, {assisted['target_calls']} target forwards "
+            f"against greedy's {greedy['target_calls']}, {assisted['assistant_calls']} assistant forwards{quiet}"
+            f"{record(row)}; the same tokens as greedy: {asr_outputs(row)}; {row['rows']} recordings, "
+            f"{row['tokens']} new tokens per row)"
         )
     return lines
 

@@ -5,7 +5,7 @@ import re
 import statistics
 
 from .sides import PATCHED, STOCK
-from .workloads import BATCH_METHODS, CASES, NOISE_TOLERANCE, TARGETS, greedy_name
+from .workloads import ASR_ANY_PAIR, BATCH_METHODS, CASES, NOISE_TOLERANCE, TARGETS, greedy_name
 
 
 def median(values):
@@ -331,8 +331,9 @@ def distinct_reasons(reasons):
     return list(kept.values())
 
 
-def summarize_asr(results):
-    """(table, probes) of the asr-batch case. table: {batch_size: row}, the sizes in the order measured, a row for
+def summarize_asr(results, workload=ASR_ANY_PAIR):
+    """(table, probes) of the asr-batch case with one of its pairs (`workload`; a run before several pairs ran the
+    whisper pair alone and did not record it). table: {batch_size: row}, the sizes in the order measured, a row for
     each size with both methods' runs: each method's median time per row and per token, its target and assistant
     forwards, its texts and the fork's account of its calls (`asr_decoding`); the ratio of assisted over greedy time
     per row, paired per repetition (median, min, max); whether each method's texts and tokens are the same in every
@@ -342,7 +343,11 @@ def summarize_asr(results):
     probes = {r["side"]: r for r in results if r.get("phase") == "asr-probe"}
     runs = {}  # batch_size -> method -> rep -> measurement
     for result in results:
-        if result.get("phase") == "asr" and "failed" not in result:
+        if (
+            result.get("phase") == "asr"
+            and "failed" not in result
+            and result.get("workload", ASR_ANY_PAIR) == workload
+        ):
             runs.setdefault(result["batch_size"], {}).setdefault(result["method"], {})[result["rep"]] = result
     table = {}
     for size, by_method in runs.items():

@@ -14,9 +14,10 @@ stdout (everything the libraries print goes to stderr). Commands:
      "temperature": T, "seed": S}   (with a temperature, assisted decoding samples too; seeded before the call)
         (with "count_ops": true, the answer also counts the tensor operations run outside the model forwards:
         "ops_outside", "ops_by_name"; such a run is slowed down by the counting and is not a timing)
-    {"op": "asr", "method": "greedy" | "assisted", "max_new_tokens": N, "batch_size": B}
-        (the speech recognition pipeline on the whisper workload's recordings, B at a time: time per row, texts,
-        tokens, the fork's account of each batch)
+    {"op": "asr", "method": "greedy" | "assisted", "max_new_tokens": N, "batch_size": B, "workload": NAME}
+        (the speech recognition pipeline on the recordings of `workloads.asr_parts`, B at a time, with the target and
+        assistant of a Whisper workload, "whisper" by default: time per row, texts, tokens, the fork's account of
+        each batch)
     {"op": "real", "task": "generate" | "asr", ...}   (the cases on real checkpoints: `benchkit.real`)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
      "prompts": [[TOKEN, ...], ...], "separate": BOOL, "aligned_rows": BOOL}
@@ -51,7 +52,7 @@ from . import real
 from .clock import Clock
 from .counting import OpCounter
 from .settings import INITIAL_DRAFT_LENGTH, Settings
-from .workloads import PAIRS, Builder
+from .workloads import PAIRS, Builder, asr_parts
 
 # The assistant's generation_config fields that hold its draft length (4.35+; 5.x adds the confidence threshold).
 DRAFT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
@@ -181,7 +182,7 @@ class Worker:
         self.loaded = {}  # name -> (target, assistant, prompt, weights checksum)
         self.saved_draft = {}  # id(assistant) -> its generation_config's draft fields as built
         self.trained = None
-        self.asr_pipeline = None
+        self.asr_pipelines = {}  # workload -> the speech recognition pipeline of its target
 
     def info(self):
         import transformers
@@ -541,18 +542,20 @@ class Worker:
             "weights_sha": measured[0]["weights_sha"],
         }
 
-    def asr(self, method, max_new_tokens, batch_size):
-        """One timed call of the speech recognition pipeline on the whisper workload's recordings, `batch_size` at a
-        time, greedy or with the assistant: the time per row, every row's text and tokens (what `generate` returned
-        to the pipeline, in the order of the recordings), the fork's account of each batch's assisted call, or the
-        failure (building the pipeline included: a version may not take these parts)."""
+    def asr(self, method, max_new_tokens, batch_size, workload="whisper"):
+        """One timed call of the speech recognition pipeline on the recordings of `workloads.asr_parts`, `batch_size`
+        at a time, with the target of `workload` (a Whisper pair over the byte-level vocabulary of those parts),
+        greedy or with its assistant: the time per row, every row's text and tokens (what `generate` returned to the
+        pipeline, in the order of the recordings), the fork's account of each batch's assisted call, or the failure
+        (building the pipeline included: a version may not take these parts)."""
         from transformers import pipeline
 
         try:
-            target, assistant, _, weights = self.workload("whisper")
-            parts = self.builder.cache["whisper-parts"]
-            if self.asr_pipeline is None:
-                self.asr_pipeline = pipeline(
+            target, assistant, _, weights = self.workload(workload)
+            parts = asr_parts(self.builder)
+            # A pipeline wraps one model: one per workload, built at its first call and kept for the next ones.
+            if workload not in self.asr_pipelines:
+                self.asr_pipelines[workload] = pipeline(
                     "automatic-speech-recognition",
                     model=target,
                     tokenizer=parts["tokenizer"],
@@ -591,7 +594,9 @@ class Worker:
             wall_start = time.perf_counter()
             start = clock.now()
             try:
-                outputs = self.asr_pipeline(list(audio), batch_size=batch_size, generate_kwargs=generate_kwargs)
+                outputs = self.asr_pipelines[workload](
+                    list(audio), batch_size=batch_size, generate_kwargs=generate_kwargs
+                )
             except Exception as error:
                 clock.depth = 0
                 kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
@@ -603,6 +608,7 @@ class Worker:
             wall = time.perf_counter() - wall_start
         return {
             "method": method,
+            "workload": workload,
             "rows": len(audio),
             "wall": wall,
             "batch_size": batch_size,
@@ -641,7 +647,12 @@ class Worker:
         if op == "real":
             return real.answer(self, command)
         if op == "asr":
-            return self.asr(command["method"], command["max_new_tokens"], command["batch_size"])
+            return self.asr(
+                command["method"],
+                command["max_new_tokens"],
+                command["batch_size"],
+                command.get("workload", "whisper"),
+            )
         if op == "batch":
             return self.batch(
                 command["workload"],

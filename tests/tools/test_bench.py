@@ -647,6 +647,22 @@ def test_the_asr_case_is_measured_apart_with_a_tokenizer_built_here():
     assert len({len(row) for row in recordings}) == len(workloads.ASR_SECONDS)
     assert all((first == again).all() for first, again in zip(audio, recordings[:4], strict=True))
     assert workloads.ASR_LARGEST_TARGET[0] == max(workloads.ASR_BATCH_SIZES)
+    # two pairs, any pair first, then the one that agrees; the second with tokens and repetitions of its own
+    assert list(workloads.ASR_WORKLOADS) == [workloads.ASR_ANY_PAIR, workloads.ASR_AGREEING_PAIR]
+    assert workloads.ASR_ANY_PAIR == "whisper" and workloads.ASR_AGREEING_PAIR == "whisper-shared"
+    assert all(name in workloads.PAIRS for name in workloads.ASR_WORKLOADS)
+    whisper, shared = workloads.ASR_WORKLOADS.values()
+    assert (whisper.new_tokens(False), whisper.new_tokens(True)) == (case.tokens, case.quick_tokens)
+    assert (shared.new_tokens(False), shared.new_tokens(True)) == (64, 32)
+    assert all(way.reps in measure.FULL and way.reps in measure.QUICK for way in workloads.ASR_WORKLOADS.values())
+    # one vocabulary for both pairs: the tokenizer's, every special token where the configs put it
+    shapes = [(workloads.ASR_TARGET, 2), (workloads.ASR_ASSISTANT, 2)]
+    shapes += [(workloads.DISTIL_TARGET, workloads.DISTIL_HEADS), (workloads.DISTIL_ASSISTANT, workloads.DISTIL_HEADS)]
+    for shape, heads in shapes:
+        config = workloads._whisper_config(shape, heads)
+        assert config.vocab_size == len(tokenizer) and config.num_mel_bins == 80
+        assert config.decoder_start_token_id == tokenizer.convert_tokens_to_ids("<|startoftranscript|>")
+        assert config.eos_token_id == config.pad_token_id == tokenizer.pad_token_id
 
 
 def test_the_asr_worker_transcribes_a_batch_or_reports_what_the_pipeline_raised():
@@ -654,6 +670,7 @@ def test_the_asr_worker_transcribes_a_batch_or_reports_what_the_pipeline_raised(
     largest = max(workloads.ASR_BATCH_SIZES)
     greedy = worker.asr("greedy", 2, largest)
     assert "failed" not in greedy, greedy
+    assert greedy["workload"] == "whisper"
     assert len(greedy["texts"]) == workloads.ASR_RECORDINGS and greedy["target_calls"] == 2
     # the tokens generate returned, a row per recording: the decoder start token and the 2 new tokens
     assert len(greedy["tokens"]) == workloads.ASR_RECORDINGS and {len(row) for row in greedy["tokens"]} == {3}
@@ -667,8 +684,38 @@ def test_the_asr_worker_transcribes_a_batch_or_reports_what_the_pipeline_raised(
         assert assisted["failed"].split(":")[0] in ("refuses", "fails")
 
 
-def asr_results(skipped=False, sizes=(1, 4, 8), ratios=None, tokens=None):
-    """The results of an asr-batch run: greedy at 1.0 s per row, assisted at `ratios[size]` (0.5) times it."""
+def test_the_asr_worker_runs_the_agreeing_pair_with_a_pipeline_of_its_own():
+    # A worker that never built the whisper pair: the pipeline's parts are built for the pair asked for.
+    worker = make_worker(draft=DraftLength.defaults())
+    largest = max(workloads.ASR_BATCH_SIZES)
+    greedy = worker.asr("greedy", 3, largest, "whisper-shared")
+    assert "failed" not in greedy, greedy
+    assert "whisper" not in worker.loaded and set(worker.asr_pipelines) == {"whisper-shared"}
+    target = worker.loaded["whisper-shared"][0]
+    assert worker.asr_pipelines["whisper-shared"].model is target
+    assert greedy["workload"] == "whisper-shared" and greedy["target_calls"] == 3
+    assert len(greedy["tokens"]) == workloads.ASR_RECORDINGS and {len(row) for row in greedy["tokens"]} == {4}
+    assisted = worker.asr("assisted", 3, largest, "whisper-shared")
+    if "failed" in assisted:
+        assert assisted["failed"].split(":")[0] in ("refuses", "fails")
+        return
+    # the assistant computes the target's function: greedy's tokens, every candidate drafted accepted
+    assert assisted["tokens"] == greedy["tokens"] and assisted["texts"] == greedy["texts"]
+    (stats,) = assisted["decoding_stats"] or [None]
+    if stats is not None:  # the fork's account
+        assert stats["num_drafted"] > 0 and stats["num_accepted"] == stats["num_drafted"]
+        assert assisted["target_calls"] == stats["num_rounds"] < greedy["target_calls"]
+    # the whisper pair gets a pipeline of its own, over the same parts
+    parts = worker.builder.cache["whisper-parts"]
+    assert "failed" not in worker.asr("greedy", 1, largest)
+    assert worker.asr_pipelines["whisper"].model is worker.loaded["whisper"][0]
+    assert worker.builder.cache["whisper-parts"] is parts
+    assert worker.asr_pipelines["whisper"].tokenizer is worker.asr_pipelines["whisper-shared"].tokenizer
+
+
+def asr_results(skipped=False, sizes=(1, 4, 8), ratios=None, tokens=None, workload=None, reps=2):
+    """The results of an asr-batch run of one pair (`workload`, None: a run that did not record it, the whisper
+    pair): greedy at 1.0 s per row, assisted at `ratios[size]` (0.5) times it."""
     results = [
         {"phase": "asr-probe", "side": "stock", "method": "assisted", "failed": "refuses: ValueError: batch_size = 1"},
         {"phase": "asr-probe", "side": "5.23.0", "method": "assisted", "target_calls": 4, "assistant_calls": 0}
@@ -677,7 +724,7 @@ def asr_results(skipped=False, sizes=(1, 4, 8), ratios=None, tokens=None):
     if skipped:
         return results
     ratios = ratios or {}
-    for rep in range(2):
+    for rep in range(reps):
         for size in sizes:
             batches = 8 // size
             for method, calls in (("greedy", 32 * batches), ("assisted", 12 * batches)):
@@ -691,8 +738,24 @@ def asr_results(skipped=False, sizes=(1, 4, 8), ratios=None, tokens=None):
                     | {"target_calls": calls, "assistant_calls": 40 if method == "assisted" else 0, "texts": ["t"] * 8}
                     | {"rows": 8, "batch_size": size, "max_new_tokens": 32, "tokens": rows}
                     | {"decoding_stats": [stats | {"stop_reason": stop}] * batches if method == "assisted" else None}
+                    | ({"workload": workload} if workload else {})
                 )
     return results
+
+
+def two_pair_run(shared_ratios=None, **whisper):
+    """(meta, results) of an asr-batch run of both pairs: the whisper pair as `asr_results(**whisper)`, two
+    repetitions of 32 tokens; the agreeing pair one repetition of 32 tokens, assisted at `shared_ratios[size]` (0.8)
+    times greedy's time, every candidate accepted."""
+    pairs = {"whisper": {"tokens": 32, "reps": 2}, "whisper-shared": {"tokens": 32, "reps": 1}}
+    meta = {"asr": {"case": "asr-batch", "sizes": [1, 4, 8], "recordings": 8, "pairs": pairs}}
+    shared = asr_results(ratios={1: 0.8, 4: 0.8, 8: 0.8} | (shared_ratios or {}), workload="whisper-shared", reps=1)
+    for result in shared[2:]:
+        if result["decoding_stats"]:
+            result["decoding_stats"] = [
+                {"schedule": "adaptive", "num_rounds": 4, "num_drafted": 28, "num_accepted": 28, "stop_reason": None}
+            ] * len(result["decoding_stats"])
+    return meta, asr_results(workload="whisper", **whisper) + shared[2:]
 
 
 def test_the_asr_summary_pairs_the_methods_at_every_batch_size():
@@ -727,6 +790,13 @@ def test_the_asr_summary_pairs_the_methods_at_every_batch_size():
     # a size without both methods' runs has no row
     results = [r for r in asr_results() if not (r.get("batch_size") == 4 and r["method"] == "assisted")]
     assert list(summary.summarize_asr(results)[0]) == [1, 8]
+    # two pairs: each its own table, the runs of one never paired with the other's
+    _, results = two_pair_run()
+    whisper, shared = (summary.summarize_asr(results, name)[0] for name in ("whisper", "whisper-shared"))
+    assert whisper[8]["ratio"] == pytest.approx((0.525, 0.5, 0.55)) and whisper[8]["reps"] == 2
+    assert shared[8]["ratio"] == pytest.approx((0.8, 0.8, 0.8)) and shared[8]["reps"] == 1
+    assert shared[8]["method"]["assisted"]["decoding_stats"]["accepted"] == 28
+    assert summary.summarize_asr(results)[0] == whisper
 
 
 def test_the_asr_section_reports_every_size_or_why_it_was_skipped_and_what_the_others_did():
@@ -736,17 +806,21 @@ def test_the_asr_section_reports_every_size_or_why_it_was_skipped_and_what_the_o
     assert "transcribes the same 8 synthetic recordings (2, 3, 2.5, 3.5, 2, 3, 2.5, 3.5 s" in text
     assert "| 1 | 8 | 32 | 1000.0 | **525.0** | 0.525 (0.500-0.550) | 256 / 96 | 40 | yes, yes | yes |" in text
     assert "| 8 | 1 | 32 | 1000.0 | **525.0** | 0.525 (0.500-0.550) | 32 / 12 | 40 | yes, yes | yes |" in text
-    assert "- speech recognition pipeline assisted/greedy time per row, batch_size 1/4/8: 0.525, 0.525, 0.525" in text
+    assert (
+        "- speech recognition pipeline assisted/greedy time per row, whisper pair, batch_size 1/4/8: 0.525, 0.525, "
+        "0.525" in text
+    )
     assert "stock 4.31.0: **refuses** (`ValueError: batch_size = 1`)" in text
-    assert "asked once each for a batch of 8 with the assistant" in text
+    assert "asked once each for a batch of 8 of the whisper pair with the assistant" in text
     assert "upstream 5.23.0: **ran it without the assistant** (4 target forwards and 0 assistant forwards" in text
     assert (
         "summed over a call's batches): schedule `adaptive`, rounds/drafted/accepted per call B=1 96/240/160, "
         "B=4 24/60/40, B=8 12/30/20; drafted nothing or stopped drafting because: stopped after 3 rounds." in text
     )
     printed = report.asr_text(meta, asr_results())
+    assert printed[1].startswith("asr-batch, whisper (8 recordings, 32 tokens per row, patched, 2 reps)")
     assert printed[2] == "  B=1: 1000.0 / 525.0, 0.525 (0.500-0.550), 256 / 96, 40, yes, yes, yes"
-    assert printed[5].startswith("asr-batch, the fork's account of its assisted calls: schedule `adaptive`")
+    assert printed[5].startswith("asr-batch, whisper, the fork's account of its assisted calls: schedule `adaptive`")
     assert printed[-1].startswith("asr-batch, other versions: stock: refuses")
     # a size whose calls failed: said so in its row
     failed = [r for r in asr_results() if not (r.get("batch_size") == 4 and r["method"] == "assisted")]
@@ -759,9 +833,17 @@ def test_the_asr_section_reports_every_size_or_why_it_was_skipped_and_what_the_o
     meta["asr"]["skipped"] = "assisted: fails: RuntimeError: dtypes"
     text = "\n".join(report.asr_section(meta, run, asr_results(skipped=True)))
     assert "**Skipped in this run**: on the patched fork the pipeline raised (assisted: fails: RuntimeError" in text
-    assert report.asr_text(meta, asr_results(skipped=True))[1].startswith("asr-batch: skipped (patched: assisted")
-    assert report.asr_lines(meta, asr_results(skipped=True))[1].endswith(
-        "batch_size 8: n/a (target < 1.00; skipped: assisted: fails: RuntimeError: dtypes)"
+    assert report.asr_text(meta, asr_results(skipped=True))[1].startswith(
+        "asr-batch, whisper: skipped (patched: assisted"
+    )
+    each, largest = report.asr_lines(meta, asr_results(skipped=True))
+    assert each.endswith(
+        "whisper pair, batch_size 1/4/8: n/a (target <= 1.05 at each; skipped: assisted: fails: "
+        "RuntimeError: dtypes)"
+    )
+    assert largest.endswith(
+        "distil-whisper-shaped pair sharing the encoder, batch_size 8: n/a (target < 1.00; skipped: assisted: fails: "
+        "RuntimeError: dtypes)"
     )
     assert report.asr_section({"asr": None}, run, []) == [] and report.asr_lines({"asr": None}, []) == []
     # a run of one batch size (before several were measured)
@@ -769,44 +851,128 @@ def test_the_asr_section_reports_every_size_or_why_it_was_skipped_and_what_the_o
     assert "| 4 | 2 | 32 | 1000.0 |" in "\n".join(report.asr_section(old, run, asr_results(sizes=(4,))))
 
 
-def test_the_asr_closing_lines_judge_every_size_and_the_largest_with_the_same_tokens():
-    meta = {"asr": {"case": "asr-batch", "tokens": 32, "sizes": [1, 4, 8], "recordings": 8, "reps": 2}}
-    each, largest = report.asr_lines(meta, asr_results(ratios={1: 1.0, 8: 0.9}))
-    assert each.startswith(
-        "speech recognition pipeline assisted/greedy time per row, batch_size 1/4/8: 1.050, 0.525, 0.945, "
-        "target <= 1.05 at each: met (patched, medians of 2 paired runs, spreads 1.000-1.100, 0.500-0.550, "
-        "0.900-0.990; the same tokens as greedy: yes, yes, yes; the whisper pair, 8 recordings, 32 new tokens per row)"
+def test_the_asr_section_has_a_table_per_pair_and_a_pair_that_failed_says_why():
+    run = sides.run_sides(["5.23.0"])
+    meta, results = two_pair_run()
+    text = "\n".join(report.asr_section(meta, run, results))
+    assert "with the whisper pair and the distil-whisper-shaped pair sharing the encoder." in text
+    assert "**The whisper pair** (`whisper`): random Whisper (1+4 layers, 128 wide)" in text
+    assert "**The distil-whisper-shaped pair sharing the encoder** (`whisper-shared`): distil-whisper-shaped" in text
+    assert "32 new tokens per row, 2 repetitions." in text and "32 new tokens per row, 1 repetition." in text
+    assert "| 8 | 1 | 32 | 1000.0 | **525.0** | 0.525 (0.500-0.550) | 32 / 12 | 40 | yes, yes | yes |" in text
+    assert "| 8 | 1 | 32 | 1000.0 | **800.0** | 0.800 (0.800-0.800) | 32 / 12 | 40 | yes, yes | yes |" in text
+    assert "B=1 32/224/224, B=4 8/56/56, B=8 4/28/28; no batch stopped drafting." in text
+    assert text.count("- speech recognition pipeline assisted/greedy time per row") == 2
+    printed = report.asr_text(meta, results)
+    assert printed[1].startswith("asr-batch, whisper (8 recordings, 32 tokens per row, patched, 2 reps)")
+    assert printed[6].startswith("asr-batch, whisper-shared (8 recordings, 32 tokens per row, patched, 1 rep)")
+    assert printed[9] == "  B=8: 1000.0 / 800.0, 0.800 (0.800-0.800), 32 / 12, 40, yes, yes, yes"
+    # the agreeing pair's warm-up failed: skipped, the whisper pair reported all the same
+    meta["asr"]["pairs"]["whisper-shared"]["skipped"] = "assisted: fails: E"
+    whisper_only = [r for r in results if r.get("workload") != "whisper-shared"]
+    text = "\n".join(report.asr_section(meta, run, whisper_only))
+    assert "| 8 | 1 | 32 | 1000.0 | **525.0** |" in text
+    assert "**Skipped in this run**: on the patched fork the pipeline raised (assisted: fails: E)" in text
+    assert "asr-batch, whisper-shared: skipped (patched: assisted: fails: E)" in report.asr_text(meta, whisper_only)
+    each, largest = report.asr_lines(meta, whisper_only)
+    assert ": met (" in each
+    assert largest.endswith("batch_size 8: n/a (target < 1.00; skipped: assisted: fails: E)")
+
+
+def test_the_asr_closing_lines_judge_the_whisper_pair_at_each_size_and_the_agreeing_pair_at_8():
+    meta, results = two_pair_run(ratios={1: 1.0, 8: 0.9})
+    each, largest = report.asr_lines(meta, results)
+    assert each == (
+        "speech recognition pipeline assisted/greedy time per row, whisper pair, batch_size 1/4/8: 1.050, 0.525, "
+        "0.945, target <= 1.05 at each: met (patched, medians of 2 paired runs, spreads 1.000-1.100, 0.500-0.550, "
+        "0.900-0.990; the same tokens as greedy: yes, yes, yes; 8 recordings, 32 new tokens per row; the fork's "
+        "record: B=1 96 rounds, 240 candidates drafted, 160 accepted; B=4 24 rounds, 60 candidates drafted, 40 "
+        "accepted; B=8 12 rounds, 30 candidates drafted, 20 accepted)"
     )
-    assert largest.startswith(
-        "speech recognition pipeline assisted/greedy time per row, batch_size 8: 0.945 (0.900-0.990), target < 1.00: "
-        "met (the whisper pair, random Whisper (1+4 layers, 128 wide) + random 1+1-layer assistant with a copy of its "
-        "token embeddings: not a pair that agrees throughout"
+    assert largest == (
+        "speech recognition pipeline assisted/greedy time per row, distil-whisper-shaped pair sharing the encoder, "
+        "batch_size 8: 0.800, target < 1.00: met (patched, median of 1 paired run, spread 0.800-0.800; 2.67 new "
+        "tokens per row and target forward, 12 target forwards against greedy's 32, 40 assistant forwards; the "
+        "fork's record: 4 rounds, 28 candidates drafted, 28 accepted; the same tokens as greedy: yes; 8 recordings, "
+        "32 new tokens per row)"
     )
-    assert (
-        "2.67 new tokens per row and target forward, 12 target forwards against greedy's 32, 30 candidates" in largest
-    )
-    each, largest = report.asr_lines(meta, asr_results(ratios={4: 0.6, 8: 1.0}))
-    assert "1.050 (1.000-1.100), target < 1.00: NOT met" in largest and "0.525, 0.630, 1.050" in each
-    assert "target <= 1.05 at each: met (" in each
-    assert ": NOT met" in report.asr_lines(meta, asr_results(ratios={1: 1.1}))[0]
+    # the whisper pair slower than the target at one size; the agreeing pair no faster at 8
+    meta, results = two_pair_run(shared_ratios={8: 1.0}, ratios={1: 1.1})
+    each, largest = report.asr_lines(meta, results)
+    assert "1.155, 0.525, 0.525, target <= 1.05 at each: NOT met" in each
+    assert "batch_size 8: 1.000, target < 1.00: NOT met" in largest
     # faster, but not greedy's tokens: no speedup
-    other = asr_results(tokens=lambda size, rep: [[1, 2, 4 if size == 8 else 3]] * 8)
-    each, largest = report.asr_lines(meta, other)
+    meta, results = two_pair_run(tokens=lambda size, rep: [[1, 2, 4 if size == 8 else 3]] * 8)
+    each, _ = report.asr_lines(meta, results)
     assert "target <= 1.05 at each: NOT met" in each and "the same tokens as greedy: yes, yes, NO" in each
-    assert "target < 1.00: NOT met" in largest
+    for result in results:
+        if result.get("workload") == "whisper-shared" and result["method"] == "assisted" and result["batch_size"] == 8:
+            result["tokens"] = [[1, 2, 4]] * 8
+    assert "target < 1.00: NOT met" in report.asr_lines(meta, results)[1]
     # faster at batch 8 without a single assistant forward: the machine's noise, no speedup
-    quiet = asr_results(ratios={8: 0.9})
-    for result in quiet:
-        if result.get("batch_size") == 8 and result["method"] == "assisted":
-            result["assistant_calls"] = 0
-    largest = report.asr_lines(meta, quiet)[1]
-    assert "0.945 (0.900-0.990), target < 1.00: NOT met" in largest
-    assert "(no assistant forward: no speedup, whatever the ratio)" in largest
+    meta, results = two_pair_run()
+    for result in results:
+        if result.get("workload") == "whisper-shared" and result["method"] == "assisted":
+            result["assistant_calls"], result["decoding_stats"] = 0, None
+    largest = report.asr_lines(meta, results)[1]
+    assert "batch_size 8: 0.800, target < 1.00: NOT met" in largest
+    assert "(no assistant forward: no speedup, whatever the ratio)" in largest and "the fork's record" not in largest
     # a size that did not run: n/a, and the target at each size not met
-    results = [r for r in asr_results() if r.get("batch_size") != 8]
+    meta, results = two_pair_run()
+    results = [r for r in results if r.get("batch_size") != 8]
     each, largest = report.asr_lines(meta, results)
     assert "batch_size 1/4/8: 0.525, 0.525, n/a, target <= 1.05 at each: NOT met" in each
-    assert largest.startswith("speech recognition pipeline assisted/greedy time per row, batch_size 8: n/a (target")
+    assert largest.endswith("batch_size 8: n/a (target < 1.00; batch_size 8 did not run: no paired runs)")
+    # a run before the second pair: the whisper pair judged as before, the agreeing pair n/a
+    old = {"asr": {"case": "asr-batch", "tokens": 32, "sizes": [1, 4, 8], "recordings": 8, "reps": 2}}
+    each, largest = report.asr_lines(old, asr_results(ratios={8: 0.9}))
+    assert "whisper pair, batch_size 1/4/8: 0.525, 0.525, 0.945, target <= 1.05 at each: met" in each
+    assert largest == (
+        "speech recognition pipeline assisted/greedy time per row, distil-whisper-shaped pair sharing the encoder, "
+        "batch_size 8: n/a (target < 1.00; skipped: not part of this run)"
+    )
+    assert "**The distil-whisper-shaped pair" not in "\n".join(report.asr_section(old, [], asr_results()))
+
+
+def test_the_asr_table_warms_up_and_interleaves_both_pairs_with_their_own_tokens_and_repetitions():
+    asked = []
+
+    class Worker:
+        def ask(self, command):
+            asked.append(command)
+            if command["workload"] == "whisper-shared" and fail_shared:
+                return {"method": command["method"], "failed": "fails: E"}
+            return {"method": command["method"], "per_row": 0.1, "target_calls": 1}
+
+    bench = object.__new__(measure.Bench)
+    bench.cases, bench.quick, bench.plan, bench.start = ["asr-batch"], False, measure.FULL, 0.0
+    bench.main_sides, bench.results = ["stock", "patched"], []
+    bench.environments = {"stock": "stock", "patched": "patched"}
+    bench.workers = {"stock": Worker(), "patched": Worker()}
+    fail_shared = False
+    bench.asr_table()
+    pairs = bench.asr_meta["pairs"]
+    assert pairs == {"whisper": {"tokens": 128, "reps": 3}, "whisper-shared": {"tokens": 64, "reps": 1}}
+    calls = [(c["workload"], c["method"], c["batch_size"], c["max_new_tokens"]) for c in asked]
+    # the stock side asked once, the whisper pair; a warm-up per pair and method at batch 8
+    assert calls[0] == ("whisper", "assisted", 8, 8) and bench.results[0]["phase"] == "asr-probe"
+    assert calls[1:5] == [(name, method, 8, 8) for name in pairs for method in ("greedy", "assisted")]
+    measured = [(r["rep"], r["workload"], r["batch_size"], r["method"]) for r in bench.results if r["phase"] == "asr"]
+    assert measured[:12] == [
+        (0, name, size, method) for name in pairs for size in (1, 4, 8) for method in ("greedy", "assisted")
+    ]
+    # the second repetition: the whisper pair alone, the methods the other way round
+    assert measured[12:18] == [(1, "whisper", size, method) for size in (1, 4, 8) for method in ("assisted", "greedy")]
+    assert len(measured) == 6 * 3 + 6 and {c[3] for c in calls[5:] if c[0] == "whisper-shared"} == {64}
+    assert all(r["case"] == f"asr:{r['workload']}:{r['method']}:{r['batch_size']}" for r in bench.results)
+    # the agreeing pair's warm-up fails: that pair skipped, the whisper pair measured all the same
+    asked.clear()
+    fail_shared = True
+    bench.results = []
+    bench.asr_table()
+    assert bench.asr_meta["pairs"]["whisper-shared"]["skipped"] == "greedy: fails: E"
+    assert {r["workload"] for r in bench.results if r["phase"] == "asr"} == {"whisper"}
+    assert len([r for r in bench.results if r["phase"] == "asr"]) == 18
 
 
 # ---- the batch table
@@ -969,6 +1135,12 @@ def test_a_quick_run_estimates_the_full_run_by_tokens_and_repetitions():
     reps = FULL["whisper_reps"][0] / QUICK["whisper_reps"][0]
     assert parts["whisper-own"] == pytest.approx((0.4 + 0.6 * 96 / 32) * reps)
     assert estimate.token_scale({"time": 1.0}, 3.0) == estimate.token_scale({}, 3.0) == 3.0
+    # the asr-batch case: each pair's calls by its own tokens and repetitions (a result without a pair: the whisper
+    # pair's, from a run before the second pair)
+    asr = [{"phase": "asr", "workload": "whisper-shared", "wall": 1.0}, {"phase": "asr", "wall": 1.0}]
+    parts, _ = estimate.full_seconds(asr, dict(meta, cases=["asr-batch"]))
+    shared = 64 / 32 * FULL["asr_agreeing_reps"] / QUICK["asr_agreeing_reps"]
+    assert parts["asr-batch"] == pytest.approx(shared + 128 / 32 * FULL["asr_reps"] / QUICK["asr_reps"])
 
 
 # ---- the distil-whisper-shaped pairs
