@@ -35,8 +35,8 @@ from support.assistants import reset_assistant
 from support.tiny_models import draft_model, generate, generation_inputs, tiny_model
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-# one sync to decide the matches of a round, one to tell whether every row is finished (with an EOS token)
-MAX_SYNCS_PER_ROUND = 2
+# one sync reads the matches of a round and whether every row is finished (with an EOS token)
+MAX_SYNCS_PER_ROUND = 1
 
 
 def _is_sync():
