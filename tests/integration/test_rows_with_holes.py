@@ -5,6 +5,7 @@ left-padded batch of 4 or 8 rows of different lengths, with an assistant that is
 (it agrees often, and differently per row) and a constant draft length of 4:
 
 - every row equals batched greedy search of the same padded batch, also when rows end at different steps on an EOS;
+- rows that are done leave the batch: the forward passes of both models narrow as rows end;
 - the model runs at most 1.10 times the forward passes of the batch's slowest row generating alone (rows that stay
   aligned accept, each round, what the row accepting fewest accepts, and run far more);
 - with sampling, the call runs and every row holds valid tokens, padding only after its EOS;
@@ -79,12 +80,16 @@ def _generate(model, input_ids, attention_mask, assistant=None, **kwargs):
 
 
 class _ForwardCount:
+    """The forward passes of `model`, and the rows of each (`widths`)."""
+
     def __init__(self, model):
         self.count = 0
+        self.widths = []
         self.handle = model.register_forward_hook(self._hook)
 
     def _hook(self, module, args, output):
         self.count += 1
+        self.widths.append(output.logits.shape[0])
 
     def __enter__(self):
         return self
@@ -150,6 +155,26 @@ def test_batch_runs_as_many_forward_passes_as_its_slowest_row(cls, rows):
     batch, slowest = forward_counts(cls, rows)
     assert slowest < MAX_NEW_TOKENS, "the assistant must agree in part"
     assert batch <= MAX_FORWARD_RATIO * slowest, f"{batch} forward passes for a batch whose slowest row runs {slowest}"
+
+
+@pytest.mark.parametrize("eos", [False, True], ids=["length", "eos"])
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_rows_that_are_done_leave_the_batch(cls, rows, eos):
+    """A row that is done (its EOS, or its length) is no longer drafted for nor verified: the forward passes of both
+    models narrow as rows end, and the call still returns every row, in its place."""
+    model, assistant = _models(cls)
+    input_ids, attention_mask = _batch(model, rows, seed=1)
+    kwargs = {}
+    if eos:
+        kwargs["eos_token_id"] = _eos(_generate(model, input_ids, attention_mask), input_ids.shape[1])
+    greedy = _generate(model, input_ids, attention_mask, **kwargs)
+    with _ForwardCount(model) as verified, _ForwardCount(assistant) as drafted:
+        assisted = _generate(model, input_ids, attention_mask, assistant, **kwargs)
+    assert assisted.tolist() == greedy.tolist()
+    for widths in (verified.widths, drafted.widths):
+        assert widths[0] == rows and widths[-1] < rows, f"rows per forward pass: {widths}"
+        assert widths == sorted(widths, reverse=True), f"rows per forward pass: {widths}"
 
 
 @pytest.mark.parametrize("rows", [4, 8])
@@ -282,3 +307,5 @@ def test_whisper_rows_equal_batched_greedy_and_run_as_many_forwards_as_the_slowe
     assert spy.call_args.args[1] == (0 if prompt == "plain" else 4)
     assert assisted.tolist() == greedy.tolist()
     assert batch.count <= MAX_FORWARD_RATIO * max(alone), f"{batch.count} forward passes, the rows alone {alone}"
+    if min(alone) < max(alone):  # rows that are done leave the batch
+        assert batch.widths[-1] < rows, f"rows per forward pass: {batch.widths}"
