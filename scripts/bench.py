@@ -42,8 +42,11 @@ Batches (the trained pair, patched side only: stock 4.31.0 and the upstream rele
 batch, which the driver checks on the sides it runs): for B = 1, 4, 8, B held-out prompts of different lengths, left
 padded, generated as one batch with the assistant and with greedy search, and one prompt at a time with each. Every
 batched assisted run must return batched greedy search's tokens row for row, every separate call greedy search's
-tokens for its prompt alone. The section goes into benchmarks.md between its own markers, so that a `--batch-only`
-run replaces that section alone.
+tokens for its prompt alone. A second variant, rows ending on an EOS (the space byte, so that the rows end at
+different steps, as real batches do), runs the batched ways at B = 4, 8 in the same repetitions, time per token over
+the rows' real new tokens; it stops the run where an assisted call does not return that repetition's batched greedy
+tokens. The section goes into benchmarks.md between its own markers, so that a `--batch-only` run replaces that
+section alone.
 
 The run ends with its verdict: the noise floor (greedy patched/stock) and assisted patched/stock on the trained pair,
 patched over the best upstream side on it, assisted over greedy on the worst of the poor-draft cases (draft, draft-16,

@@ -61,6 +61,10 @@ def full_seconds(results, meta, clock="wall", full=FULL, quick=QUICK):
         elif phase == "batch":
             part = "batches"
             scale = full["batch_tokens"] * full["batch_reps"] / (quick["batch_tokens"] * quick["batch_reps"])
+        elif phase == "batch-eos":
+            # the rows ending on an EOS: the same tokens in both runs, their rows end where they end
+            part = "batches"
+            scale = full["batch_eos_tokens"] * full["batch_reps"] / (quick["batch_eos_tokens"] * quick["batch_reps"])
         elif phase.startswith("batch"):
             part, scale = "batches", full["warmup_tokens"] / quick["warmup_tokens"]
         elif phase == "asr":

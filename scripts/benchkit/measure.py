@@ -21,6 +21,9 @@ from .workloads import (
     ASR_BATCH_SIZES,
     ASR_RECORDINGS,
     ASR_WORKLOADS,
+    BATCH_EOS_METHODS,
+    BATCH_EOS_SIZES,
+    BATCH_EOS_TOKEN,
     BATCH_METHODS,
     CASES,
     GROUPS,
@@ -52,6 +55,8 @@ FULL = {
     "budget_s": 12 * 60,  # no optional repetition starts after this
     "batch_reps": 5,
     "batch_tokens": 128,
+    # The rows ending on an EOS keep their 128 tokens in a quick run too: fewer would cut the rows that end late.
+    "batch_eos_tokens": 128,
     # The asr-batch case, 67 s on two loaded cores: the whisper pair 3 repetitions (10 to 13 s each); the
     # distil-whisper-shaped pair one (its encoder makes each of its calls 3 to 5 s: 22 s a repetition, 10 s more to
     # build it and warm it up).
@@ -70,9 +75,37 @@ QUICK = {
     "budget_s": 100,
     "batch_reps": 2,
     "batch_tokens": 64,
+    "batch_eos_tokens": 128,
     "asr_reps": 2,
     "asr_agreeing_reps": 1,
 }
+
+
+def rotated(names, rep):
+    """The order of the batch table's ways in repetition `rep`: shifted by one each repetition, reversed in the odd
+    ones."""
+    names = list(names)
+    shift = rep % len(names)
+    order = names[shift:] + names[:shift]
+    return order if rep % 2 == 0 else order[::-1]
+
+
+def check_eos_rows(size, rep, measured):
+    """SystemExit, loudly, where an assisted call of the rows ending on an EOS ({way: answer} of one size and
+    repetition) failed or did not return the batched greedy call's tokens of the same repetition, row for row."""
+    for name, answer in measured.items():
+        if "failed" in answer:
+            raise SystemExit(f"bench: rows ending on an EOS, B={size}, {name} FAILED: {answer['failed']}")
+    greedy = measured["batched-greedy"]
+    for name, answer in measured.items():
+        if answer["rows"] != greedy["rows"]:
+            pairs = zip(answer["rows"], greedy["rows"], strict=False)
+            differing = [row for row, (a, b) in enumerate(pairs) if a != b]
+            raise SystemExit(
+                f"bench: rows ending on an EOS, B={size}, repetition {rep}: {name} DID NOT RETURN BATCHED GREEDY "
+                f"SEARCH'S TOKENS (rows {differing or 'count'}; row ends {answer.get('row_ends')} against "
+                f"{greedy.get('row_ends')})"
+            )
 
 
 def load_average():
@@ -220,11 +253,17 @@ class Bench:
 
     @staticmethod
     def print_answer(where, method, answer, detail):
-        """One progress line: the failure, or time per token (`detail()` in brackets), rounds and acceptance."""
+        """One progress line: the failure, or time per token (`detail()` in brackets), rounds and acceptance (the
+        drafted candidates alone where the answer has no accepted ones)."""
         if "failed" in answer:
             print(f"{where}{answer['failed'][:100]}", flush=True)
             return
-        accepted = f"  accepted {answer['accepted']}/{answer['proposed']}" if method == "assisted" else ""
+        if method != "assisted":
+            accepted = ""
+        elif answer["accepted"] is None:  # a batch whose rows end on an EOS: no row's count
+            accepted = f"  drafted {answer['proposed']}"
+        else:
+            accepted = f"  accepted {answer['accepted']}/{answer['proposed']}"
         print(
             f"{where}{answer['per_token'] * 1e3:8.3f} ms/tok ({detail()})  rounds {answer['rounds']:4d}{accepted}",
             flush=True,
@@ -413,30 +452,37 @@ class Bench:
         if cases:
             self.real_meta = real.run(self, cases)
 
-    def batch_measure(self, side, name, size, tokens, phase, rep=None):
+    def batch_measure(self, side, name, size, tokens, phase, rep=None, eos=None):
+        """One call of a way of the batch table; with `eos` (a token), of its variant whose rows end on it (case
+        `batch-eos:NAME:B`)."""
         way = BATCH_METHODS[name]
         method = way.method
-        answer = self.workers[side].ask(
-            {
-                "op": "batch",
-                "workload": "trained",
-                "method": method,
-                "max_new_tokens": tokens,
-                "prompts": self.trained["batch_prompts"][:size],
-                "separate": way.separate,
-                "aligned_rows": way.aligned,
-            }
-        )
-        answer.update(side=side, phase=phase, rep=rep, case=f"batch:{name}:{size}", max_new_tokens=tokens)
+        command = {
+            "op": "batch",
+            "workload": "trained",
+            "method": method,
+            "max_new_tokens": tokens,
+            "prompts": self.trained["batch_prompts"][:size],
+            "separate": way.separate,
+            "aligned_rows": way.aligned,
+        }
+        if eos is not None:
+            command["eos_token_id"] = eos
+        answer = self.workers[side].ask(command)
+        case = f"batch{'-eos' if eos is not None else ''}:{name}:{size}"
+        answer.update(side=side, phase=phase, rep=rep, case=case, max_new_tokens=tokens)
         self.results.append(answer)
-        if phase == "batch-warmup":
+        if phase.endswith("-warmup"):
             return answer
-        where = f"[{self.elapsed():6.0f}s] {phase:<6} B={size:<3} {name:<17} {side:<12} {tokens:5d} tok  "
+        where = f"[{self.elapsed():6.0f}s] {phase:<9} B={size:<3} {name:<17} {side:<12} {tokens:5d} tok  "
         self.print_answer(where, method, answer, lambda: f"{1 / answer['per_token']:7.0f} tok/s")
         return answer
 
     def batch_table(self):
-        """The Batches section: the patched side on the trained pair; the other sides only asked for a batch."""
+        """The Batches section: the patched side on the trained pair; the other sides only asked for a batch. Its
+        variant whose rows end on an EOS (`workloads.BATCH_EOS_*`: the batched ways at the table's sizes among
+        BATCH_EOS_SIZES) runs in the same repetitions, after the sizes without one, its ways rotating as theirs do;
+        SystemExit where one of its assisted calls does not return that repetition's batched greedy tokens."""
         plan = self.plan
         largest = max(self.batch_sizes)
         started = self.elapsed()
@@ -448,7 +494,20 @@ class Bench:
             "load_start": load_average(),
             "load_peak": one_minute_load(),
         }
-        print(f"[{self.elapsed():6.0f}s] batches: B = {', '.join(map(str, self.batch_sizes))}", flush=True)
+        eos_sizes = [size for size in self.batch_sizes if size in BATCH_EOS_SIZES]
+        eos_tokens = plan["batch_eos_tokens"]
+        self.batch_meta["eos"] = {
+            "token": BATCH_EOS_TOKEN,
+            "sizes": eos_sizes,
+            "tokens": eos_tokens,
+            "reps": plan["batch_reps"],
+            "methods": list(BATCH_EOS_METHODS),
+        }
+        print(
+            f"[{self.elapsed():6.0f}s] batches: B = {', '.join(map(str, self.batch_sizes))}; rows ending on an EOS "
+            f"({BATCH_EOS_TOKEN}): B = {', '.join(map(str, eos_sizes)) or 'none'}",
+            flush=True,
+        )
         # Stock 4.31.0 and the upstream releases refuse assisted generation of a batch: asked once each.
         for side in self.sides:
             if self.environments[side] != PATCHED:
@@ -456,14 +515,22 @@ class Bench:
         for size in self.batch_sizes:
             for name in BATCH_METHODS:
                 self.batch_measure(PATCHED, name, size, plan["warmup_tokens"], "batch-warmup")
+        for size in eos_sizes:
+            for name in BATCH_EOS_METHODS:
+                self.batch_measure(PATCHED, name, size, plan["warmup_tokens"], "batch-eos-warmup", eos=BATCH_EOS_TOKEN)
         names = list(BATCH_METHODS)
         for rep in range(plan["batch_reps"]):
-            shift = rep % len(names)
-            order = names[shift:] + names[:shift]
-            order = order if rep % 2 == 0 else order[::-1]
             for size in self.batch_sizes:
-                for name in order:
+                for name in rotated(names, rep):
                     self.batch_measure(PATCHED, name, size, plan["batch_tokens"], "batch", rep=rep)
+                self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
+            for size in eos_sizes:
+                measured = {}
+                for name in rotated(BATCH_EOS_METHODS, rep):
+                    measured[name] = self.batch_measure(
+                        PATCHED, name, size, eos_tokens, "batch-eos", rep=rep, eos=BATCH_EOS_TOKEN
+                    )
+                check_eos_rows(size, rep, measured)
                 self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
         self.batch_meta.update(load_end=load_average(), seconds=self.elapsed() - started)
 

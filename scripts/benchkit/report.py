@@ -17,6 +17,7 @@ from .summary import (
     summarize,
     summarize_asr,
     summarize_batch,
+    summarize_batch_eos,
     targets,
     worst_best_constant,
     worst_poor_draft,
@@ -29,6 +30,8 @@ from .workloads import (
     ASR_SECONDS,
     ASR_WORKLOADS,
     BATCH_ALIGNED_TARGET,
+    BATCH_EOS_METHODS,
+    BATCH_EOS_SIZES,
     BATCH_FORWARDS_TARGET,
     BATCH_GREEDY_TARGET,
     BATCH_METHODS,
@@ -1154,7 +1157,93 @@ def batch_section(meta, info, sides, results):
             "asks every side)."
         )
     add(text)
+    lines.extend(batch_eos_section(batch, results, clock))
     lines.append(BATCH_END)
+    return lines
+
+
+def eos_name(token):
+    """The EOS of the rows ending on one, in words: the trained pair speaks bytes."""
+    return "the space byte" if token == 32 else f"the byte {bytes([token])!r}"
+
+
+def row_ends_text(ends, separator=", "):
+    """The new-token steps at which a batch's rows end on their EOS ("none": a row that reached the length limit)."""
+    return separator.join("none" if end is None else str(end) for end in ends)
+
+
+def batch_eos_section(batch, results, clock):
+    """The Batches section's part on the rows ending on an EOS: its sub-heading, what ran, its table; empty for a run
+    made before the variant."""
+    eos = batch.get("eos")
+    if not eos:
+        return []
+    table = summarize_batch_eos(results, eos["sizes"])
+    lines = ["", "### Rows ending on an EOS", ""]
+    add = lines.append
+    if not table:
+        add(
+            f"Not measured in this run: it runs at the table's sizes among B = "
+            f"{', '.join(map(str, BATCH_EOS_SIZES))} (this run's: {', '.join(map(str, batch['sizes']))})."
+        )
+        return lines
+    ends = "; ".join(f"B={size}: {row_ends_text(row['row_ends'])}" for size, row in table.items())
+    add(
+        f"The same pair, prompts and padding with `eos_token_id={eos['token']}` ({eos_name(eos['token'])}) and "
+        f"`pad_token_id=0` after a row's EOS, at most {eos['tokens']} new tokens per row: the rows end at different "
+        "steps, as real batches do, and a call runs until its last row is done. Batched greedy search ends the rows "
+        f"at new-token steps {ends}. The batched ways only, at B = {', '.join(map(str, table))}: *batched "
+        "assisted* (rows of their own; a row that is done leaves the batch, neither model drafts for it or verifies "
+        "it any more), *aligned assisted* and *batched greedy*, in the same "
+        f"{min(row['reps'] for row in table.values())} repetitions as the table above, after its sizes, the order "
+        f"of the {len(BATCH_EOS_METHODS)} ways rotating from one repetition to the next. Time per token: the call's "
+        f"{clock} time over the rows' real new tokens (each row's up to and including its EOS, the padding after it "
+        "not counted); speedups are paired per repetition, ratios of the call times (min-max in brackets). Rounds "
+        "are target forwards; drafted candidates are assistant forwards (each drafts one candidate for every row "
+        "it runs); both are medians over the repetitions (the adaptive draft length reads a clock, so they vary)."
+    )
+    add("")
+
+    def speed(values):
+        return f"{1 / values['per_token']:.0f} ({ms(values['per_token'], 3)})"
+
+    def check(same, diff):
+        if same:
+            return "yes"
+        count, position = diff
+        return f"**no** ({count} rows, from token {position})" if count else "**no** (in some repetitions)"
+
+    add(f"Tokens per second ({clock} time; ms per token in brackets):")
+    add("")
+    add(
+        "| B | row end steps | real new tokens | batched greedy | **batched assisted** | aligned assisted | batched "
+        "assisted over batched greedy | batched assisted over aligned assisted | rounds, greedy / own / aligned "
+        "| drafted candidates, own / aligned | batched assisted = batched greedy | aligned assisted = batched "
+        "greedy |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for size, row in table.items():
+        m_ = row["method"]
+        own, aligned, greedy = m_["batched-assisted"], m_["aligned-assisted"], m_["batched-greedy"]
+        add(
+            f"| {size} | {row_ends_text(row['row_ends'])} | {row['generated']} | {speed(greedy)} "
+            f"| **{speed(own)}** | {speed(aligned)} | {ratio_text(row['assisted_over_greedy'], 2)}x "
+            f"| {ratio_text(row['holes_over_aligned'], 2)}x "
+            f"| {greedy['rounds']:g} / {own['rounds']:g} / {aligned['rounds']:g} "
+            f"| {own['proposed']:g} / {aligned['proposed']:g} | {check(row['batched_same'], row['batched_diff'])} "
+            f"| {check(row['aligned_same'], row['aligned_diff'])} |"
+        )
+    add("")
+    if all(row["batched_same"] and row["aligned_same"] for row in table.values()):
+        add(
+            "Every assisted call, rows of their own or aligned, returned exactly the tokens of batched greedy search "
+            "in the same repetition, row for row, the padding after each EOS included."
+        )
+    else:
+        add(
+            "**Token mismatch**: not every assisted call returned batched greedy search's tokens (see the table): "
+            "these timings compare different work."
+        )
     return lines
 
 
@@ -1498,11 +1587,35 @@ def batch_text(table):
     return lines
 
 
+def batch_eos_text(table):
+    """The rows ending on an EOS as the driver prints them: each size's row end steps (batched greedy search's) and
+    real new tokens, tokens per second of each way, the speedups of rows of their own over batched greedy search and
+    over aligned rows, the rounds (target forwards) and drafted candidates of each way, and the token checks."""
+    lines = [
+        f"{'B':>2} {'row end steps':<32} {'tokens':>6} {'greedy tok/s':>12} {'assisted tok/s':>14} "
+        f"{'aligned tok/s':>13} {'vs greedy':>9} {'vs aligned':>10} {'rounds g/own/al':>15} {'drafted own/al':>14}"
+        "  same tokens"
+    ]
+    for size, row in table.items():
+        m = row["method"]
+        own, aligned, greedy = m["batched-assisted"], m["aligned-assisted"], m["batched-greedy"]
+        same = "yes" if row["batched_same"] and row["aligned_same"] else "NO"
+        rounds = f"{greedy['rounds']:g}/{own['rounds']:g}/{aligned['rounds']:g}"
+        drafted = f"{own['proposed']:g}/{aligned['proposed']:g}"
+        lines.append(
+            f"{size:>2} {row_ends_text(row['row_ends'], ','):<32} {row['generated']:>6} "
+            f"{1 / greedy['per_token']:>12.0f} {1 / own['per_token']:>14.0f} {1 / aligned['per_token']:>13.0f} "
+            f"{row['assisted_over_greedy'][0]:>8.2f}x {row['holes_over_aligned'][0]:>9.2f}x {rounds:>15} "
+            f"{drafted:>14}  {same}"
+        )
+    return lines
+
+
 def batch_lines(meta, results):
     """The batch table's closing lines: batched assisted decoding (rows of their own) over batched greedy search and
     over aligned rows (time per token, medians of the paired repetitions), each against its target
     (`workloads.BATCH_*_TARGET`), and the target forwards of the batch over those of its slowest row alone, shown;
-    none without batch measurements."""
+    then those of the rows ending on an EOS (`batch_eos_lines`); none without batch measurements."""
     batch = meta.get("batch")
     table = summarize_batch(results, batch["sizes"])[0] if batch else {}
     if not table:
@@ -1551,6 +1664,60 @@ def batch_lines(meta, results):
         )
     else:
         lines.append(f"{label}: n/a ({bound}; {' and '.join(f'B={size}' for size in sizes)} did not run)")
+    return lines + batch_eos_lines(batch, results)
+
+
+def batch_eos_lines(batch, results):
+    """The closing lines of the rows ending on an EOS, after the table's own: rows of their own over aligned rows at
+    B=4 (judged against BATCH_ALIGNED_TARGET) and B=8 (shown), batched assisted decoding over batched greedy search
+    at B=8 (judged against BATCH_GREEDY_TARGET); time per token, medians of the paired repetitions. None for a run
+    made before the variant."""
+    eos = batch.get("eos")
+    if not eos:
+        return []
+    table = summarize_batch_eos(results, eos["sizes"])
+    prefix = "rows ending on an EOS: "
+
+    def details(size, what):
+        row = table[size]
+        return (
+            f"{what}; median of {row['reps']} paired runs of the call times; trained pair, EOS {row['eos']}, rows end "
+            f"at new-token steps {row_ends_text(row['row_ends'])} of {row['tokens']}, {row['generated']} real new "
+            "tokens"
+        )
+
+    def missing(size):
+        return f"B={size} did not run" + ("" if size in eos["sizes"] else " (not among this run's batch sizes)")
+
+    lines = []
+    aligned = "patched; aligned: the same fork, its rows kept aligned by a switch private to the bench"
+    size, limit = BATCH_ALIGNED_TARGET
+    label = f"{prefix}rows of their own/aligned time per token, B={size}"
+    target = f"<= {1 / limit:.3f}"
+    if size in table:
+        values = table[size]["holes_slowdown"]
+        verdict = "met" if values[0] <= 1 / limit else "NOT met"
+        lines.append(f"{label}: {ratio_text(values)}, target {target}: {verdict} ({details(size, aligned)})")
+    else:
+        lines.append(f"{label}: n/a (target {target}; {missing(size)})")
+    # the other sizes of the variant: shown, not judged
+    for shown in (size for size in BATCH_EOS_SIZES if size != BATCH_ALIGNED_TARGET[0]):
+        label = f"{prefix}rows of their own/aligned time per token, B={shown}"
+        if shown in table:
+            values = table[shown]["holes_slowdown"]
+            lines.append(f"{label}: {ratio_text(values)} (shown, not judged; {details(shown, aligned)})")
+        else:
+            lines.append(f"{label}: n/a (shown, not judged; {missing(shown)})")
+    size, limit = BATCH_GREEDY_TARGET
+    label = f"{prefix}batched assisted/batched greedy time per token, B={size}"
+    target = f"< {limit_text(limit)}"
+    if size in table:
+        values = table[size]["assisted_slowdown"]
+        verdict = "met" if values[0] < limit else "NOT met"
+        what = details(size, "patched, rows of their own")
+        lines.append(f"{label}: {ratio_text(values)}, target {target}: {verdict} ({what})")
+    else:
+        lines.append(f"{label}: n/a (target {target}; {missing(size)})")
     return lines
 
 
@@ -1568,6 +1735,17 @@ def print_batch(meta, results):
         print(line)
     if not all(row["batched_same"] and row["aligned_same"] and row["separate_same"] for row in table.values()):
         print("bench: warning: an assisted batch run did not return its greedy reference's tokens", flush=True)
+    eos = batch.get("eos")
+    eos_table = summarize_batch_eos(results, eos["sizes"]) if eos else {}
+    if eos_table:
+        print(
+            f"batches, rows ending on an EOS ({eos['token']}; at most {eos['tokens']} new tokens per row, tokens per "
+            f"second over the real new tokens, {eos['reps']} reps):"
+        )
+        for line in batch_eos_text(eos_table):
+            print(line)
+        if not all(row["batched_same"] and row["aligned_same"] for row in eos_table.values()):
+            print("bench: warning: an assisted batch call with an EOS did not return batched greedy's tokens")
 
 
 def docs_dir_of(docs_dir, meta):

@@ -5,7 +5,7 @@ import re
 import statistics
 
 from .sides import PATCHED, STOCK
-from .workloads import ASR_ANY_PAIR, BATCH_METHODS, CASES, NOISE_TOLERANCE, TARGETS, greedy_name
+from .workloads import ASR_ANY_PAIR, BATCH_EOS_METHODS, BATCH_METHODS, CASES, NOISE_TOLERANCE, TARGETS, greedy_name
 
 
 def median(values):
@@ -296,6 +296,79 @@ def summarize_batch(results, sizes):
         row["stable"] = stable
         table[size] = row
     return table, probes
+
+
+def summarize_batch_eos(results, sizes):
+    """{size: row} of the batch table's rows ending on an EOS (cases `batch-eos:NAME:B`). Time per token is a call's
+    time over its rows' real new tokens (each row's up to and including its EOS); the ratios are paired per
+    repetition, of the call times (the ways return the same tokens, checked, so they are ratios of time per token
+    too). A size is left out unless every way of `BATCH_EOS_METHODS` ran on it."""
+    table = {}
+    for size in sizes:
+        runs = {name: {} for name in BATCH_EOS_METHODS}
+        for result in results:
+            if result.get("phase") != "batch-eos" or "failed" in result:
+                continue
+            for name in BATCH_EOS_METHODS:
+                if result["case"] == f"batch-eos:{name}:{size}":
+                    runs[name][result["rep"]] = result
+        if not all(runs.values()):
+            continue
+        row = {"method": {}}
+        for name, measured in runs.items():
+            sample = next(iter(measured.values()))
+            row["method"][name] = {
+                "per_token": median([m["time"] / m["generated"] for m in measured.values()]),
+                "wall_per_token": median([m["wall"] / m["generated"] for m in measured.values()]),
+                "generated": sample["generated"],
+                # Medians: the fork's adaptive draft length reads a clock, so these vary from one repetition to the
+                # next. Rounds are target forwards, drafted candidates assistant forwards (each one for every row).
+                "rounds": median([m["rounds"] for m in measured.values()]),
+                "proposed": median([m["proposed"] for m in measured.values()]),
+                "row_ends": sample["row_ends"],
+                "reps": len(measured),
+                "rows": sample["rows"],
+                "stable": all(m["rows"] == sample["rows"] for m in measured.values()),
+            }
+        greedy = runs["batched-greedy"]
+        sample = next(iter(greedy.values()))
+        row["tokens"] = sample["max_new_tokens"]
+        row["eos"] = sample["eos_token_id"]
+        row["prompt_lengths"] = sample["prompt_lengths"]
+        row["row_ends"] = sample["row_ends"]  # batched greedy's: the steps every way must end its rows at
+        row["generated"] = sample["generated"]
+        row["reps"] = min(len(measured) for measured in runs.values())
+
+        def paired(numerator, denominator, runs=runs):
+            return summary_of(
+                [
+                    runs[numerator][rep]["time"] / runs[denominator][rep]["time"]
+                    for rep in runs[numerator]
+                    if rep in runs[denominator]
+                ]
+            )
+
+        # time of the slower over the faster, as the table gives them: > 1 when the second one is faster
+        row["assisted_over_greedy"] = paired("batched-greedy", "batched-assisted")
+        row["aligned_over_greedy"] = paired("batched-greedy", "aligned-assisted")
+        row["holes_over_aligned"] = paired("aligned-assisted", "batched-assisted")
+        # and the other way, as the closing lines give them: < 1 when the first one is faster
+        row["assisted_slowdown"] = paired("batched-assisted", "batched-greedy")
+        row["aligned_slowdown"] = paired("aligned-assisted", "batched-greedy")
+        row["holes_slowdown"] = paired("batched-assisted", "aligned-assisted")
+
+        def same(name, runs=runs, greedy=greedy):
+            """Every repetition of the way returned that repetition's batched greedy tokens, row for row."""
+            return all(rep in greedy and m["rows"] == greedy[rep]["rows"] for rep, m in runs[name].items())
+
+        m = row["method"]
+        row["batched_same"] = same("batched-assisted")
+        row["aligned_same"] = same("aligned-assisted")
+        row["batched_diff"] = first_difference(m["batched-assisted"]["rows"], m["batched-greedy"]["rows"])
+        row["aligned_diff"] = first_difference(m["aligned-assisted"]["rows"], m["batched-greedy"]["rows"])
+        row["stable"] = all(values["stable"] for values in m.values())
+        table[size] = row
+    return table
 
 
 def same_every_rep(measured):

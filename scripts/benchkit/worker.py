@@ -20,10 +20,11 @@ stdout (everything the libraries print goes to stderr). Commands:
         each batch)
     {"op": "real", "task": "generate" | "asr", ...}   (the cases on real checkpoints: `benchkit.real`)
     {"op": "batch", "workload": NAME, "method": "greedy" | "assisted", "max_new_tokens": N,
-     "prompts": [[TOKEN, ...], ...], "separate": BOOL, "aligned_rows": BOOL}
+     "prompts": [[TOKEN, ...], ...], "separate": BOOL, "aligned_rows": BOOL, "eos_token_id": TOKEN}
         (the prompts as one left-padded batch with its attention mask, or with "separate" one call per prompt;
-        with "aligned_rows", the patched fork keeps the rows of an assisted batch aligned; the answer sums the calls
-        and carries every row's new tokens)
+        with "aligned_rows", the patched fork keeps the rows of an assisted batch aligned; with "eos_token_id", rows
+        end on that token, otherwise every row generates max_new_tokens; the answer sums the calls and carries every
+        row's new tokens)
 
 Models are built by `benchkit.workloads` from config classes with random weights under a fixed seed, so every side
 builds the same models (the answer carries a weight checksum to prove it; a version that initializes a model in
@@ -287,6 +288,7 @@ class Worker:
         seed=None,
         time_rounds=True,
         aligned_rows=False,
+        eos_token_id=None,
     ):
         """One timed `generate` call on the workload's prompt, or on `prompt` (input_ids and attention_mask); with
         `count_ops`, the operations run outside the model forwards are counted (and the timings are not worth
@@ -299,7 +301,9 @@ class Worker:
         a batch aligned where any stopping criterion is of another class than its length limits, so batches whose
         rows keep their own run without it. `aligned_rows`: the patched fork keeps the rows of a batch aligned
         anyway (`_supports_rows_with_holes` set to False on the target for the call: a switch private to the bench,
-        which gives the fork's behaviour before rows kept their own)."""
+        which gives the fork's behaviour before rows kept their own). `eos_token_id`: the rows end on that token (the
+        batch table's variant whose rows end at different steps); None, the default: every run generates exactly
+        max_new_tokens."""
         from transformers import GenerationConfig, MaxLengthCriteria, StoppingCriteriaList
 
         clock = self.clock
@@ -329,7 +333,8 @@ class Worker:
             min_new_tokens=0,
             **sample_args,
             num_beams=1,
-            eos_token_id=None,  # random weights: never stop early, every run generates exactly max_new_tokens
+            # random weights: never stop early, every run generates exactly max_new_tokens (unless asked for an EOS)
+            eos_token_id=eos_token_id,
             pad_token_id=0,
             decoder_start_token_id=0 if target.config.is_encoder_decoder else None,
             use_cache=True,
@@ -482,7 +487,7 @@ class Worker:
             attention_mask[row, width - len(prompt) :] = 1
         return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
 
-    def batch(self, workload, method, max_new_tokens, prompts, separate=False, aligned_rows=False):
+    def batch(self, workload, method, max_new_tokens, prompts, separate=False, aligned_rows=False, eos_token_id=None):
         """The prompts as one batched call, or one call per prompt (`separate`): the calls' sums, every row's tokens.
         The calls run without timestamped rounds (`run`'s `time_rounds`), so that the patched fork lets the rows of
         an assisted batch keep all their accepted candidates where the model declares it (`_supports_rows_with_holes`:
@@ -496,6 +501,11 @@ class Worker:
         different numbers and finish in different rounds: every row has the same new tokens, and the new tokens less
         the rounds are the accepted candidates of the row that runs in every round, the one that accepts fewest (the
         others accept more, and so are done in fewer rounds).
+
+        With `eos_token_id` the rows end on it, at different steps: `row_ends` holds each row's step of its EOS (None
+        for a row that reaches the length limit without one), and `generated`, the tokens the time per token is over,
+        counts each row's tokens up to and including its EOS (not the padding after it). No row's accepted candidates
+        are then its new tokens less the rounds (`accepted` is None): rounds and drafted candidates describe the call.
         """
         calls = [[prompt] for prompt in prompts] if separate else [prompts]
         measured = []
@@ -508,13 +518,27 @@ class Worker:
                 keep_rows=True,
                 time_rounds=False,
                 aligned_rows=aligned_rows,
+                eos_token_id=eos_token_id,
             )
             if "failed" in answer:
                 return answer
             measured.append(answer)
-        generated = sum(m["new_tokens"] * m["batch_size"] for m in measured)
+        rows = [row for m in measured for row in m["rows"]]
+        if eos_token_id is None:
+            row_ends = None
+            generated = sum(m["new_tokens"] * m["batch_size"] for m in measured)
+        else:
+            # A row's EOS is its last real token: what follows it is padding (a call runs until its last row ends).
+            row_ends = [row.index(eos_token_id) + 1 if eos_token_id in row else None for row in rows]
+            generated = sum(end or len(row) for end, row in zip(row_ends, rows, strict=True))
         new_tokens = sum(m["new_tokens"] for m in measured)
         rounds = sum(m["target_calls"] for m in measured)
+        if method != "assisted":
+            accepted = 0
+        elif eos_token_id is not None:
+            accepted = None  # the rows end at different steps: no row's count is the new tokens less the rounds
+        else:
+            accepted = new_tokens - rounds
         elapsed = sum(m["time"] for m in measured)
         wall = sum(m["wall"] for m in measured)
         return {
@@ -527,7 +551,7 @@ class Worker:
             "prompt_lengths": [len(prompt) for prompt in prompts],
             "max_new_tokens": max_new_tokens,
             "new_tokens": new_tokens,  # per row, summed over the calls
-            "generated": generated,  # every row's tokens
+            "generated": generated,  # every row's tokens (with an EOS: up to and including it)
             "time": elapsed,
             "per_token": elapsed / generated,
             "wall": wall,
@@ -537,8 +561,10 @@ class Worker:
             "rounds": rounds,
             "rounds_max": max(m["target_calls"] for m in measured),
             "proposed": sum(m["assistant_calls"] for m in measured),
-            "accepted": new_tokens - rounds if method == "assisted" else 0,
-            "rows": [row for m in measured for row in m["rows"]],
+            "accepted": accepted,
+            "rows": rows,
+            "eos_token_id": eos_token_id,
+            "row_ends": row_ends,
             "weights_sha": measured[0]["weights_sha"],
         }
 
@@ -661,6 +687,7 @@ class Worker:
                 command["prompts"],
                 command.get("separate", False),
                 command.get("aligned_rows", False),
+                command.get("eos_token_id"),
             )
         if op == "run":
             return self.run(

@@ -1097,6 +1097,163 @@ def test_the_batch_section_says_what_rows_of_their_own_and_aligned_rows_do():
     assert "Every batched assisted run, rows of their own or aligned, returned exactly batched greedy" in text
 
 
+def batch_eos_results(sizes=(4, 8), differ=None):
+    """Two repetitions of the rows ending on an EOS at `sizes`, made up: the rows end at steps 6, 3, 12, 1 (and, at
+    B=8, 1, 2, 5, 16) of 16; call times (s) of batched assisted, aligned and greedy 1, 2 and 4 at B=4, 1, 1.25 and 2 at
+    B=8. `differ`: (size, rep, way) whose last row differs from batched greedy's."""
+    ends = [6, 3, 12, 1, 1, 2, 5, 16]
+    figures = {  # name: (call time at B=4, at B=8, rounds, drafted candidates)
+        "batched-assisted": (1.0, 1.0, 5, 30),
+        "aligned-assisted": (2.0, 1.25, 9, 36),
+        "batched-greedy": (4.0, 2.0, 16, 0),
+    }
+    results = []
+    for rep in range(2):
+        for size in sizes:
+            width = max(ends[:size])
+            rows = [[7] * (end - 1) + [32] + [0] * (width - end) if end < 16 else [7] * 16 for end in ends[:size]]
+            row_ends = [end if end < 16 else None for end in ends[:size]]  # the last row reaches the limit
+            for name in workloads.BATCH_EOS_METHODS:
+                way = workloads.BATCH_METHODS[name]
+                time_4, time_8, rounds, proposed = figures[name]
+                call = time_4 if size == 4 else time_8
+                own = [list(row) for row in rows]
+                if differ == (size, rep, name):
+                    own[-1][0] = 8
+                results.append(
+                    {"phase": "batch-eos", "side": "patched", "rep": rep, "case": f"batch-eos:{name}:{size}"}
+                    | {"method": way.method, "separate": False, "aligned_rows": way.aligned, "calls": 1}
+                    | {"time": call, "wall": call, "generated": sum(ends[:size]), "max_new_tokens": 16}
+                    | {"per_token": call / sum(ends[:size]), "new_tokens": width, "batch_size": size}
+                    | {"rounds": rounds + (2 * rep if way.method == "assisted" else 0), "proposed": proposed}
+                    | {"rounds_max": rounds, "accepted": None}
+                    | {"rows": own, "row_ends": row_ends, "eos_token_id": 32}
+                    | {"prompt_lengths": [64, 40, 56, 32, 48, 60, 36, 52][:size]}
+                )
+    return results
+
+
+def test_the_batch_calls_end_rows_on_an_eos_and_time_them_over_their_real_tokens():
+    worker = make_worker()
+    prompts = [list(range(5, 5 + length)) for length in (12, 7, 10, 4)]
+    plain = worker.batch("loop", "greedy", 24, prompts)
+    eos = plain["rows"][1][-1]  # the random loop pair repeats a token, then switches to another: its last one
+    greedy = worker.batch("loop", "greedy", 24, prompts, eos_token_id=eos)
+    assert plain["row_ends"] is None and greedy["eos_token_id"] == eos
+    ends = greedy["row_ends"]
+    assert any(end is not None for end in ends)
+    for row, end, alone in zip(greedy["rows"], ends, plain["rows"], strict=True):
+        if end is None:
+            assert row == alone
+        else:  # the row up to its first EOS, then the pad token
+            assert row[:end] == alone[:end] and row[end - 1] == eos and eos not in row[: end - 1]
+            assert set(row[end:]) <= {0}
+    assert greedy["generated"] == sum(end or len(row) for end, row in zip(ends, greedy["rows"], strict=True))
+    assert greedy["per_token"] == pytest.approx(greedy["time"] / greedy["generated"])
+    own = worker.batch("loop", "assisted", 24, prompts, eos_token_id=eos)
+    if "failed" in own:  # stock 4.31.0 refuses assisted generation of a batch
+        return
+    aligned = worker.batch("loop", "assisted", 24, prompts, aligned_rows=True, eos_token_id=eos)
+    assert own["rows"] == aligned["rows"] == greedy["rows"] and own["row_ends"] == aligned["row_ends"] == ends
+    # no row's accepted candidates are its new tokens less the rounds: none given
+    assert own["accepted"] is None and own["proposed"] > 0
+
+
+def test_the_rows_ending_on_an_eos_are_timed_over_their_real_tokens_and_paired_by_call_times():
+    table = summary.summarize_batch_eos(batch_results() + batch_eos_results(), [4, 8])
+    assert list(table) == [4, 8]
+    row = table[4]
+    assert row["row_ends"] == [6, 3, 12, 1] and row["generated"] == 22 and row["eos"] == 32 and row["reps"] == 2
+    assert row["method"]["batched-greedy"]["per_token"] == pytest.approx(4.0 / 22)
+    assert row["holes_slowdown"][0] == pytest.approx(0.5) and row["assisted_slowdown"][0] == pytest.approx(0.25)
+    assert row["holes_over_aligned"][0] == pytest.approx(2.0) and row["assisted_over_greedy"][0] == pytest.approx(4.0)
+    assert row["batched_same"] and row["aligned_same"]
+    assert table[8]["holes_slowdown"][0] == pytest.approx(0.8) and table[8]["generated"] == 46
+    # the check is per repetition: one repetition's other tokens are flagged, with the row
+    flagged = summary.summarize_batch_eos(batch_eos_results(differ=(8, 1, "aligned-assisted")), [4, 8])
+    assert flagged[4]["aligned_same"] and flagged[8]["batched_same"] and not flagged[8]["aligned_same"]
+    # the table without an EOS is not mixed with it, nor the other way round
+    assert summary.summarize_batch(batch_eos_results(), [4, 8])[0] == {}
+    assert summary.summarize_batch_eos(batch_results(), [4]) == {}
+
+    printed = report.batch_eos_text(table)
+    assert "row end steps" in printed[0] and "rounds g/own/al" in printed[0]
+    # rounds are medians: the adaptive draft length reads a clock (here 5 and 7 rounds, 9 and 11 aligned)
+    assert printed[1].split() == ["4", "6,3,12,1", "22", "6", "22", "11", "4.00x", "2.00x", "16/6/10", "30/36", "yes"]
+    assert printed[2].split()[1] == "6,3,12,1,1,2,5,none"
+
+
+def test_the_rows_ending_on_an_eos_close_with_their_own_lines_after_the_tables():
+    eos = {"token": 32, "sizes": [4, 8], "tokens": 16, "reps": 2, "methods": workloads.BATCH_EOS_METHODS}
+    meta = {"batch": {"sizes": [1, 4, 8], "tokens": 16, "reps": 2, "eos": eos}}
+    lines = report.batch_lines(meta, batch_results() + batch_eos_results())
+    # the table's own lines come first, as they were
+    assert lines[:3] == report.batch_lines({"batch": dict(meta["batch"], eos=None)}, batch_results())
+    assert lines[3].startswith(
+        "rows ending on an EOS: rows of their own/aligned time per token, B=4: 0.500 (0.500-0.500), "
+        "target <= 0.833: met (patched; aligned: the same fork"
+    )
+    assert "rows end at new-token steps 6, 3, 12, 1 of 16, 22 real new tokens)" in lines[3]
+    assert lines[4].startswith(
+        "rows ending on an EOS: rows of their own/aligned time per token, B=8: 0.800 (0.800-0.800) (shown, not judged"
+    )
+    assert lines[5].startswith(
+        "rows ending on an EOS: batched assisted/batched greedy time per token, B=8: 0.500 (0.500-0.500), "
+        "target < 1.00: met (patched, rows of their own; median of 2 paired runs of the call times"
+    )
+    assert "steps 6, 3, 12, 1, 1, 2, 5, none of 16" in lines[5]
+    # a run of B=1 and 4 only: B=8 not among its sizes
+    small = {"batch": {"sizes": [1, 4], "tokens": 16, "reps": 2, "eos": dict(eos, sizes=[4])}}
+    lines = report.batch_lines(small, batch_results() + batch_eos_results(sizes=(4,)))
+    assert lines[4].endswith("B=8: n/a (shown, not judged; B=8 did not run (not among this run's batch sizes))")
+    assert lines[5].endswith("n/a (target < 1.00; B=8 did not run (not among this run's batch sizes))")
+
+
+def test_the_batch_table_runs_the_rows_ending_on_an_eos_in_its_repetitions_and_stops_on_other_tokens():
+    asked = []
+
+    class Worker:
+        def ask(self, command):
+            asked.append(command)
+            rows = [[1, 32, 0]] * len(command["prompts"])
+            if command.get("eos_token_id") and command["aligned_rows"] and wrong:
+                rows = [[1, 2, 32]] * len(command["prompts"])
+            answer = {"method": command["method"], "per_token": 0.1, "rounds": 3, "accepted": None, "proposed": 2}
+            return answer | {"rows": rows, "row_ends": [2] * len(rows)}
+
+    bench = object.__new__(measure.Bench)
+    bench.quick, bench.plan, bench.start, bench.batch_sizes = True, measure.QUICK, 0.0, [1, 4, 8]
+    bench.sides, bench.environments, bench.results = ["patched"], {"patched": "patched"}, []
+    bench.workers = {"patched": Worker()}
+    bench.trained = {"batch_prompts": [[5 + row] * 3 for row in range(8)]}
+    wrong = False
+    bench.batch_table()
+    assert bench.batch_meta["eos"] == {
+        "token": 32,
+        "sizes": [4, 8],
+        "tokens": 128,  # a quick run keeps the rows' 128 tokens: fewer would cut the rows that end late
+        "reps": measure.QUICK["batch_reps"],
+        "methods": ["batched-assisted", "aligned-assisted", "batched-greedy"],
+    }
+    # a warm-up per size and way, with the EOS; then each repetition the sizes without an EOS, then with it
+    warm = [(r["case"], r["max_new_tokens"]) for r in bench.results if r["phase"] == "batch-eos-warmup"]
+    assert warm == [(f"batch-eos:{name}:{size}", 4) for size in (4, 8) for name in workloads.BATCH_EOS_METHODS]
+    assert all(c["eos_token_id"] == 32 for c in asked if c.get("eos_token_id") is not None)
+    assert not any("eos_token_id" in c for c in asked[: 3 * 5])
+    timed = [(r["rep"], r["case"]) for r in bench.results if r["phase"] in ("batch", "batch-eos")]
+    first, second = timed[: 3 * 5 + 2 * 3], timed[3 * 5 + 2 * 3 :]
+    assert [case for _, case in first[15:18]] == [f"batch-eos:{name}:4" for name in workloads.BATCH_EOS_METHODS]
+    # the second repetition: shifted by one and reversed, as the table's own ways
+    order = ["batched-assisted", "batched-greedy", "aligned-assisted"]
+    assert [case for _, case in second[15:18]] == [f"batch-eos:{name}:4" for name in order]
+    assert {rep for rep, _ in first} == {0} and {rep for rep, _ in second} == {1}
+    assert all(r["max_new_tokens"] == 128 for r in bench.results if r["phase"] == "batch-eos")
+    # an assisted call that returns other tokens than batched greedy search in the same repetition stops the run
+    wrong, asked[:] = True, []
+    with pytest.raises(SystemExit, match="B=4, repetition 0: aligned-assisted DID NOT RETURN BATCHED GREEDY"):
+        bench.batch_table()
+
+
 # ---- the time a full run takes
 
 
@@ -1141,6 +1298,11 @@ def test_a_quick_run_estimates_the_full_run_by_tokens_and_repetitions():
     parts, _ = estimate.full_seconds(asr, dict(meta, cases=["asr-batch"]))
     shared = 64 / 32 * FULL["asr_agreeing_reps"] / QUICK["asr_agreeing_reps"]
     assert parts["asr-batch"] == pytest.approx(shared + 128 / 32 * FULL["asr_reps"] / QUICK["asr_reps"])
+    # the rows ending on an EOS keep their tokens in a quick run: scaled by the repetitions alone
+    eos = [{"phase": "batch-eos", "wall": 1.0}, {"phase": "batch-eos-warmup", "wall": 1.0}]
+    parts, _ = estimate.full_seconds(eos, dict(meta, cases=[]))
+    reps = FULL["batch_reps"] / QUICK["batch_reps"]
+    assert parts["batches"] == pytest.approx(reps + FULL["warmup_tokens"] / QUICK["warmup_tokens"])
 
 
 # ---- the distil-whisper-shaped pairs
