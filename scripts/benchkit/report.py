@@ -1693,7 +1693,7 @@ def batch_eos_lines(batch, results):
     aligned = "patched; aligned: the same fork, its rows kept aligned by a switch private to the bench"
     size, limit = BATCH_ALIGNED_TARGET
     label = f"{prefix}rows of their own/aligned time per token, B={size}"
-    target = f"<= {1 / limit:.3f}"
+    target = f"<= 1/{limit_text(limit)} = {1 / limit:.3f}"
     if size in table:
         values = table[size]["holes_slowdown"]
         verdict = "met" if values[0] <= 1 / limit else "NOT met"

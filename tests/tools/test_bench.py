@@ -1191,7 +1191,7 @@ def test_the_rows_ending_on_an_eos_close_with_their_own_lines_after_the_tables()
     assert lines[:3] == report.batch_lines({"batch": dict(meta["batch"], eos=None)}, batch_results())
     assert lines[3].startswith(
         "rows ending on an EOS: rows of their own/aligned time per token, B=4: 0.500 (0.500-0.500), "
-        "target <= 0.833: met (patched; aligned: the same fork"
+        "target <= 1/1.20 = 0.833: met (patched; aligned: the same fork"
     )
     assert "rows end at new-token steps 6, 3, 12, 1 of 16, 22 real new tokens)" in lines[3]
     assert lines[4].startswith(
