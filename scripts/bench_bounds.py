@@ -212,9 +212,65 @@ def rows_bounds(reps, lengths):
     print(f"\nbest rows of their own over best aligned rows, any draft length: {best_own / best_aligned:.3f}\n")
 
 
+def cache_peaks():
+    """The most cache entries (key and value elements, all layers) the target and the draft hold at once in a batched
+    call of the trained pair, rows of their own and aligned, over batched greedy search's target cache."""
+    from transformers import AutoModelForCausalLM
+
+    directory = Path(train.ensure())
+    target = AutoModelForCausalLM.from_pretrained(directory / "target").eval()
+    draft = AutoModelForCausalLM.from_pretrained(directory / "draft").eval()
+    peaks = {}
+
+    def watch(name):
+        def hook(module, args, output):
+            size = sum(state.numel() for layer in output.past_key_values for state in layer)
+            peaks[name] = max(peaks.get(name, 0), size)
+
+        return hook
+
+    target.register_forward_hook(watch("target"))
+    draft.register_forward_hook(watch("draft"))
+    print("## cache peaks, trained pair, 128 new tokens per row at most\n")
+    print("| B | EOS | greedy's target cache | own: target / draft over it | aligned: target / draft over it |")
+    print("|---|---|---|---|---|")
+    for batch_size in (4, 8):
+        prompts = workloads.batch_prompts(batch_size)
+        width = max(len(prompt) for prompt in prompts)
+        input_ids = torch.zeros((batch_size, width), dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
+            attention_mask[row, width - len(prompt) :] = 1
+        for eos in (None, 32):
+            cells = []
+            for way in ("greedy", "own", "aligned"):
+                if way == "aligned":
+                    target._supports_rows_with_holes = False
+                else:
+                    target.__dict__.pop("_supports_rows_with_holes", None)
+                peaks.clear()
+                assistant = {} if way == "greedy" else {"assistant_model": draft}
+                with torch.no_grad():
+                    target.generate(
+                        input_ids=input_ids,
+                        attention_mask=attention_mask,
+                        max_new_tokens=128,
+                        do_sample=False,
+                        pad_token_id=0,
+                        eos_token_id=eos,
+                        **assistant,
+                    )
+                cells.append(dict(peaks))
+            greedy = cells[0]["target"]
+            own, aligned = (f"{c['target'] / greedy:.2f} / {c['draft'] / greedy:.2f}" for c in cells[1:])
+            print(f"| {batch_size} | {eos if eos is not None else 'none'} | {greedy} | {own} | {aligned} |")
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("lookup", "rows"))
+    parser.add_argument("--only", choices=("lookup", "rows", "cache"))
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--lengths", default="0,1,2,3,4,5,6,8,10", help="constant draft lengths, 0: adaptive")
     args = parser.parse_args()
@@ -224,6 +280,8 @@ def main():
         lookup_bounds(args.reps)
     if args.only in (None, "rows"):
         rows_bounds(args.reps, [int(length) for length in args.lengths.split(",")])
+    if args.only in (None, "cache"):
+        cache_peaks()
 
 
 if __name__ == "__main__":
