@@ -177,6 +177,19 @@ def test_rows_that_are_done_leave_the_batch(cls, rows, eos):
         assert widths == sorted(widths, reverse=True), f"rows per forward pass: {widths}"
 
 
+def test_rows_ride_along_with_a_model_kwarg_not_per_row():
+    """A tensor model kwarg that is not one row per row of the batch (a head mask) cannot be cut to the rows left: the
+    rows that are done stay in the batch, and the tokens are the same."""
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4, seed=1)
+    head_mask = torch.ones(model.config.n_layer, model.config.n_head, device=model.device)
+    greedy = _generate(model, input_ids, attention_mask, head_mask=head_mask)
+    with _ForwardCount(model) as verified:
+        assisted = _generate(model, input_ids, attention_mask, assistant, head_mask=head_mask)
+    assert assisted.tolist() == greedy.tolist()
+    assert set(verified.widths) == {4}, f"rows per forward pass: {verified.widths}"
+
+
 @pytest.mark.parametrize("rows", [4, 8])
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
 def test_sampling_rows_hold_valid_tokens(cls, rows):
