@@ -28,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit
 
 from benchkit import real, train, workloads  # noqa: E402
+from benchkit.worker import left_padded  # noqa: E402
 
 MAX_NGRAM = 4
 
@@ -146,19 +147,17 @@ def lookup_bounds(reps):
     )
 
 
-def rows_bounds(reps, lengths):
+def trained_pair():
+    """The target and the draft of the batch table's trained pair (trained and cached by `make bench`)."""
     from transformers import AutoModelForCausalLM
 
-    directory = Path(train.ensure())  # the batch table's pair, trained and cached by `make bench`
-    target = AutoModelForCausalLM.from_pretrained(directory / "target").eval()
-    draft = AutoModelForCausalLM.from_pretrained(directory / "draft").eval()
-    prompts = workloads.batch_prompts(4)
-    width = max(len(prompt) for prompt in prompts)
-    input_ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
-        attention_mask[row, width - len(prompt) :] = 1
+    directory = Path(train.ensure())
+    return tuple(AutoModelForCausalLM.from_pretrained(directory / name).eval() for name in ("target", "draft"))
+
+
+def rows_bounds(reps, lengths):
+    target, draft = trained_pair()
+    batch = left_padded(workloads.batch_prompts(4))
 
     def run(length, aligned):
         # aligned rows: the bench's private switch, the fork's behaviour where rows may not keep their own
@@ -172,8 +171,7 @@ def rows_bounds(reps, lengths):
         with torch.no_grad():
             start = time.thread_time()
             target.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
+                **batch,
                 assistant_model=draft,
                 max_new_tokens=128,
                 do_sample=False,
@@ -215,11 +213,7 @@ def rows_bounds(reps, lengths):
 def cache_peaks():
     """The most cache entries (key and value elements, all layers) the target and the draft hold at once in a batched
     call of the trained pair, rows of their own and aligned, over batched greedy search's target cache."""
-    from transformers import AutoModelForCausalLM
-
-    directory = Path(train.ensure())
-    target = AutoModelForCausalLM.from_pretrained(directory / "target").eval()
-    draft = AutoModelForCausalLM.from_pretrained(directory / "draft").eval()
+    target, draft = trained_pair()
     peaks = {}
 
     def watch(name):
@@ -235,13 +229,7 @@ def cache_peaks():
     print("| B | EOS | greedy's target cache | own: target / draft over it | aligned: target / draft over it |")
     print("|---|---|---|---|---|")
     for batch_size in (4, 8):
-        prompts = workloads.batch_prompts(batch_size)
-        width = max(len(prompt) for prompt in prompts)
-        input_ids = torch.zeros((batch_size, width), dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
-            attention_mask[row, width - len(prompt) :] = 1
+        batch = left_padded(workloads.batch_prompts(batch_size))
         for eos in (None, 32):
             cells = []
             for way in ("greedy", "own", "aligned"):
@@ -253,8 +241,7 @@ def cache_peaks():
                 assistant = {} if way == "greedy" else {"assistant_model": draft}
                 with torch.no_grad():
                     target.generate(
-                        input_ids=input_ids,
-                        attention_mask=attention_mask,
+                        **batch,
                         max_new_tokens=128,
                         do_sample=False,
                         pad_token_id=0,

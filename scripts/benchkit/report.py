@@ -958,9 +958,6 @@ def batch_section(meta, info, sides, results):
     )
     add("")
 
-    def speed(values):
-        return f"{1 / values['per_token']:.0f} ({ms(values['per_token'], 3)})"
-
     add(f"Tokens per second ({clock} time; ms per token in brackets):")
     add("")
     add(
@@ -972,9 +969,9 @@ def batch_section(meta, info, sides, results):
     for size, row in table.items():
         m_ = row["method"]
         add(
-            f"| {size} | {', '.join(map(str, row['prompt_lengths']))} | {speed(m_['batched-greedy'])} "
-            f"| **{speed(m_['batched-assisted'])}** | {speed(m_['aligned-assisted'])} "
-            f"| {speed(m_['separate-assisted'])} | {speed(m_['separate-greedy'])} "
+            f"| {size} | {', '.join(map(str, row['prompt_lengths']))} | {batch_speed(m_['batched-greedy'])} "
+            f"| **{batch_speed(m_['batched-assisted'])}** | {batch_speed(m_['aligned-assisted'])} "
+            f"| {batch_speed(m_['separate-assisted'])} | {batch_speed(m_['separate-greedy'])} "
             f"| {ratio_text(row['assisted_over_greedy'], 2)}x | {ratio_text(row['holes_over_aligned'], 2)}x "
             f"| {ratio_text(row['batched_over_separate'], 2)}x |"
         )
@@ -982,12 +979,6 @@ def batch_section(meta, info, sides, results):
 
     def acceptance(values):
         return f"{values['acceptance']:.0%} ({values['accepted']}/{values['proposed']})"
-
-    def check(same, diff):
-        if same:
-            return "yes"
-        count, position = diff
-        return f"**no** ({count} rows, from token {position})" if count else "**no** (repetitions differ)"
 
     add(
         "Work of the assisted runs: rounds are target forwards, tokens per round the new tokens per target forward; "
@@ -1028,9 +1019,9 @@ def batch_section(meta, info, sides, results):
         greedy_count, greedy_position = row["greedy_diff"]
         greedy_same = "yes" if not greedy_count else f"no ({greedy_count} rows, from token {greedy_position})"
         add(
-            f"| {size} | {check(row['batched_same'], row['batched_diff'])} "
-            f"| {check(row['aligned_same'], row['aligned_diff'])} "
-            f"| {check(row['separate_same'], row['separate_diff'])} | {greedy_same} |"
+            f"| {size} | {batch_check(row['batched_same'], row['batched_diff'])} "
+            f"| {batch_check(row['aligned_same'], row['aligned_diff'])} "
+            f"| {batch_check(row['separate_same'], row['separate_diff'])} | {greedy_same} |"
         )
     add("")
 
@@ -1167,6 +1158,22 @@ def eos_name(token):
     return "the space byte" if token == 32 else f"the byte {bytes([token])!r}"
 
 
+def batch_speed(values):
+    """A way's tokens per second in the batch tables, ms per token in brackets."""
+    return f"{1 / values['per_token']:.0f} ({ms(values['per_token'], 3)})"
+
+
+def batch_check(same, diff, eos=False):
+    """A token check of the batch tables: `yes`, or where the rows first differ (`first_difference`)."""
+    if same:
+        return "yes"
+    count, position = diff
+    if count:
+        return f"**no** ({count} rows, from token {position})"
+    # the EOS table compares each repetition with its own greedy run, the other one every repetition with the first
+    return "**no** (in some repetitions)" if eos else "**no** (repetitions differ)"
+
+
 def row_ends_text(ends, separator=", "):
     """The new-token steps at which a batch's rows end on their EOS ("none": a row that reached the length limit)."""
     return separator.join("none" if end is None else str(end) for end in ends)
@@ -1204,15 +1211,6 @@ def batch_eos_section(batch, results, clock):
     )
     add("")
 
-    def speed(values):
-        return f"{1 / values['per_token']:.0f} ({ms(values['per_token'], 3)})"
-
-    def check(same, diff):
-        if same:
-            return "yes"
-        count, position = diff
-        return f"**no** ({count} rows, from token {position})" if count else "**no** (in some repetitions)"
-
     add(f"Tokens per second ({clock} time; ms per token in brackets):")
     add("")
     add(
@@ -1226,12 +1224,13 @@ def batch_eos_section(batch, results, clock):
         m_ = row["method"]
         own, aligned, greedy = m_["batched-assisted"], m_["aligned-assisted"], m_["batched-greedy"]
         add(
-            f"| {size} | {row_ends_text(row['row_ends'])} | {row['generated']} | {speed(greedy)} "
-            f"| **{speed(own)}** | {speed(aligned)} | {ratio_text(row['assisted_over_greedy'], 2)}x "
+            f"| {size} | {row_ends_text(row['row_ends'])} | {row['generated']} | {batch_speed(greedy)} "
+            f"| **{batch_speed(own)}** | {batch_speed(aligned)} | {ratio_text(row['assisted_over_greedy'], 2)}x "
             f"| {ratio_text(row['holes_over_aligned'], 2)}x "
             f"| {greedy['rounds']:g} / {own['rounds']:g} / {aligned['rounds']:g} "
-            f"| {own['proposed']:g} / {aligned['proposed']:g} | {check(row['batched_same'], row['batched_diff'])} "
-            f"| {check(row['aligned_same'], row['aligned_diff'])} |"
+            f"| {own['proposed']:g} / {aligned['proposed']:g} "
+            f"| {batch_check(row['batched_same'], row['batched_diff'], eos=True)} "
+            f"| {batch_check(row['aligned_same'], row['aligned_diff'], eos=True)} |"
         )
     add("")
     if all(row["batched_same"] and row["aligned_same"] for row in table.values()):

@@ -259,13 +259,7 @@ def summarize_batch(results, sizes):
         row["reps"] = min(len(measured) for measured in runs.values())
 
         def paired(numerator, denominator, runs=runs):
-            return summary_of(
-                [
-                    runs[numerator][rep]["per_token"] / runs[denominator][rep]["per_token"]
-                    for rep in runs[numerator]
-                    if rep in runs[denominator]
-                ]
-            )
+            return paired_ratios(runs, numerator, denominator, "per_token")
 
         # time per token of the slower over the faster: > 1 when the second one is faster
         row["assisted_over_greedy"] = paired("batched-greedy", "batched-assisted")
@@ -296,6 +290,17 @@ def summarize_batch(results, sizes):
         row["stable"] = stable
         table[size] = row
     return table, probes
+
+
+def paired_ratios(runs, numerator, denominator, key):
+    """The summary of `key` of one way over another (`runs`: {way: {rep: result}}), paired per repetition."""
+    return summary_of(
+        [
+            runs[numerator][rep][key] / runs[denominator][rep][key]
+            for rep in runs[numerator]
+            if rep in runs[denominator]
+        ]
+    )
 
 
 def summarize_batch_eos(results, sizes):
@@ -340,13 +345,7 @@ def summarize_batch_eos(results, sizes):
         row["reps"] = min(len(measured) for measured in runs.values())
 
         def paired(numerator, denominator, runs=runs):
-            return summary_of(
-                [
-                    runs[numerator][rep]["time"] / runs[denominator][rep]["time"]
-                    for rep in runs[numerator]
-                    if rep in runs[denominator]
-                ]
-            )
+            return paired_ratios(runs, numerator, denominator, "time")
 
         # time of the slower over the faster, as the table gives them: > 1 when the second one is faster
         row["assisted_over_greedy"] = paired("batched-greedy", "batched-assisted")
@@ -354,7 +353,6 @@ def summarize_batch_eos(results, sizes):
         row["holes_over_aligned"] = paired("aligned-assisted", "batched-assisted")
         # and the other way, as the closing lines give them: < 1 when the first one is faster
         row["assisted_slowdown"] = paired("batched-assisted", "batched-greedy")
-        row["aligned_slowdown"] = paired("aligned-assisted", "batched-greedy")
         row["holes_slowdown"] = paired("batched-assisted", "aligned-assisted")
 
         def same(name, runs=runs, greedy=greedy):

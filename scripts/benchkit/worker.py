@@ -170,6 +170,17 @@ def decoding_stats(model):
     return dataclasses.asdict(stats)
 
 
+def left_padded(prompts, pad_token_id=0):
+    """Prompts of different lengths as one batch: left padded with `pad_token_id`, masked by the attention mask."""
+    width = max(len(prompt) for prompt in prompts)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+        attention_mask[row, width - len(prompt) :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
 class Worker:
     def __init__(self, args):
         self.device = args.device
@@ -478,14 +489,8 @@ class Worker:
         }
 
     def batch_prompt(self, prompts, pad_token_id=0):
-        """Prompts of different lengths as one batch: left padded with `pad_token_id`, masked by the attention mask."""
-        width = max(len(prompt) for prompt in prompts)
-        input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention_mask[row, width - len(prompt) :] = 1
-        return {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+        """`left_padded` prompts, on the worker's device."""
+        return {name: tensor.to(self.device) for name, tensor in left_padded(prompts, pad_token_id).items()}
 
     def batch(self, workload, method, max_new_tokens, prompts, separate=False, aligned_rows=False, eos_token_id=None):
         """The prompts as one batched call, or one call per prompt (`separate`): the calls' sums, every row's tokens.
