@@ -162,7 +162,7 @@ def rows_bounds(reps, lengths):
     def run(length, aligned):
         # aligned rows: the bench's private switch, the fork's behaviour where rows may not keep their own
         if aligned:
-            target._supports_rows_with_holes = False
+            target._supports_rows_with_holes = lambda cache_length: False
         else:
             target.__dict__.pop("_supports_rows_with_holes", None)
         schedule = {}
@@ -234,7 +234,7 @@ def cache_peaks():
             cells = []
             for way in ("greedy", "own", "aligned"):
                 if way == "aligned":
-                    target._supports_rows_with_holes = False
+                    target._supports_rows_with_holes = lambda cache_length: False
                 else:
                     target.__dict__.pop("_supports_rows_with_holes", None)
                 peaks.clear()

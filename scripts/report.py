@@ -53,13 +53,14 @@ def run_pytest(python, tree, xml_path, jobs, extra_env=None, pythonpath=None):
 
 def environment(python, tree, pythonpath=None):
     """torch version, device and transformers location as seen by `python` (the suite's own device choice), and the
-    classes that declare rows with holes (`_supports_rows_with_holes`)."""
+    classes whose `_supports_rows_with_holes` is their own (rows with holes, as their config allows)."""
     code = (
         "import json, sys; sys.path.insert(0, 'tests'); import torch, transformers; "
         "from support.device import DEVICE; from support.expectations import EXPECTATIONS; "
         "name = torch.cuda.get_device_name(0) if DEVICE == 'cuda' else ''; "
         "rows = sorted(n for n in EXPECTATIONS "
-        "if getattr(getattr(transformers, n, None), '_supports_rows_with_holes', False) is True); "
+        "if getattr(getattr(transformers, n, None), '_supports_rows_with_holes', None) not in "
+        "(None, transformers.GenerationMixin._supports_rows_with_holes)); "
         "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__, "
         "'device': DEVICE + (f' ({name})' if name else ''), 'path': transformers.__file__, 'rows': rows}))"
     )
@@ -200,7 +201,7 @@ def render(stock, patched, stock_env, patched_env, stock_tree, patched_tree, sto
         "(`tests/models/test_batched.py`; stock refuses batches). *lookup* counts the prompt lookup tests "
         "(`tests/models/test_prompt_lookup_vs_greedy.py`: equal to greedy, or refused with the class's reason), "
         "on the patched side only (stock has no prompt lookup). *rows*: `own` where each row of a batch keeps all the "
-        "candidates it accepts (the class declares `_supports_rows_with_holes`, `tests/integration/"
+        "candidates it accepts (its `_supports_rows_with_holes` says so for its tiny config, `tests/integration/"
         "test_rows_with_holes.py`), `aligned` where every row keeps as many as the row keeping fewest; patched side.",
         "",
         "| Class | Expected | "

@@ -79,7 +79,7 @@ def test_num_return_sequences():
 def test_assisted_sampling_draws_from_the_target(rows):
     target, assistant = _model(0, 2, 4.0), _model(1, 1, 8.0)
     if rows == "aligned":
-        target._supports_rows_with_holes = False
+        target._supports_rows_with_holes = lambda cache_length: False
     prompt = torch.tensor([[1, 2, 3]])
     kwargs = dict(max_new_tokens=3, do_sample=True, num_return_sequences=ROWS, pad_token_id=0)
     with torch.no_grad():
@@ -95,3 +95,54 @@ def test_assisted_sampling_draws_from_the_target(rows):
     assert distance < 0.12, f"assisted sampling is {distance:.3f} away from the target's distribution"
     # the test can tell: the assistant's own distribution is far from the target's
     assert 0.5 * (plain - the_assistants).abs().sum().item() > 0.3
+
+
+def _share_encoder(target, assistant):
+    """The distil-whisper idiom: the assistant runs the model's encoder, whose outputs it then reuses."""
+    if hasattr(target, "model"):
+        assistant.model.encoder = target.model.encoder
+    else:
+        assistant.encoder = target.encoder
+
+
+@pytest.mark.parametrize("name", ["bart", "t5", "whisper"])
+def test_num_return_sequences_with_a_shared_encoder(name):
+    """An assistant sharing the model's encoder, with `num_return_sequences=3`: both decoders' cross-attention reads as
+    many encoder rows as they have decoder rows, and `top_k=1` sampling returns greedy search's tokens in every row
+    (the shared encoder outputs were expanded twice: Bart and T5 crashed, Whisper ran on 3 times the rows it needs)."""
+    from transformers import BartForConditionalGeneration, T5ForConditionalGeneration, WhisperForConditionalGeneration
+
+    from support.tiny_models import draft_model, generation_inputs, tiny_model
+
+    cls = {
+        "bart": BartForConditionalGeneration,
+        "t5": T5ForConditionalGeneration,
+        "whisper": WhisperForConditionalGeneration,
+    }[name]
+    target = tiny_model(cls, seed=0)
+    assistant = draft_model(target)
+    assistant.generation_config.num_assistant_tokens_schedule = "heuristic"
+    _share_encoder(target, assistant)
+    inputs = {key: value for key, value in generation_inputs(target, "plain").items() if key != "do_sample"}
+    rows = []
+
+    def record(module, args, kwargs):
+        hidden, ids = kwargs.get("encoder_hidden_states"), kwargs.get("input_ids")
+        if hidden is not None and ids is not None:
+            rows.append((hidden.shape[0], ids.shape[0]))
+
+    handles = [
+        model.get_decoder().register_forward_pre_hook(record, with_kwargs=True) for model in (target, assistant)
+    ]
+    try:
+        with torch.no_grad():
+            greedy = target.generate(**inputs)
+            rows.clear()
+            sampled = target.generate(
+                **inputs, do_sample=True, top_k=1, num_return_sequences=3, assistant_model=assistant
+            )
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert sampled.tolist() == greedy.repeat_interleave(3, dim=0).tolist()
+    assert rows and all(encoder_rows == decoder_rows for encoder_rows, decoder_rows in rows), rows

@@ -364,3 +364,85 @@ def test_the_model_as_its_own_assistant_is_not_tried():
     target = _gpt2(2)
     _greedy(target, assistant_model=target)
     assert target.last_assisted_decoding_stats.num_drafted == 0
+
+
+def test_a_misspelt_assistant_kwarg_is_refused(pair):
+    """`assistant_<name>` kwargs are validated against the assistant, as the model's are against the model: a typo
+    raises stock's error for unused model kwargs, naming it (it was silently dropped)."""
+    target, assistant = pair
+    with pytest.raises(ValueError, match=r"not used by the model: \['atention_mask'\].*assistant_<name>"):
+        _greedy(target, assistant_model=assistant, assistant_atention_mask=torch.ones_like(PROMPT))
+    # a kwarg the assistant takes still passes
+    _greedy(target, assistant_model=assistant, assistant_attention_mask=torch.ones_like(PROMPT))
+
+
+@pytest.mark.parametrize("key", ["num_assistant_tokens", "prompt_lookup_num_tokens", "max_matching_ngram_size"])
+def test_draft_settings_take_what_max_new_tokens_takes(pair, key):
+    """Numpy integers pass (as for `max_new_tokens`); booleans are refused alike for every draft setting."""
+    import numpy as np
+
+    target, assistant = pair
+    kwargs = {"assistant_model": assistant} if key == "num_assistant_tokens" else {"prompt_lookup_num_tokens": 3}
+    assert_same_tokens(_greedy(target), _greedy(target, **{**kwargs, key: np.int64(3)}))
+    with pytest.raises(ValueError, match=f"`{key}` must be a positive integer, but is True"):
+        _greedy(target, **{**kwargs, key: True})
+
+
+@pytest.mark.parametrize(
+    "call, setting",
+    [
+        (dict(assistant=True, num_assistant_tokens=3), '`num_assistant_tokens` (the "adaptive" schedule'),
+        (dict(num_assistant_tokens=3), "`num_assistant_tokens` (no `assistant_model`"),
+        (dict(num_assistant_tokens_schedule="constant"), "`num_assistant_tokens_schedule` (no `assistant_model`"),
+        (dict(prompt_lookup_num_tokens=3, num_assistant_tokens=3), "`num_assistant_tokens` (no `assistant_model`"),
+        (dict(max_matching_ngram_size=3), "`max_matching_ngram_size` (no `prompt_lookup_num_tokens`"),
+    ],
+)
+def test_settings_a_call_ignores_are_said(pair, call, setting):
+    """A draft setting the call does not read warns, once, instead of passing silently."""
+    from integration._common import captured_warnings
+
+    target, assistant = pair
+    call = dict(call)
+    if call.pop("assistant", False):
+        call["assistant_model"] = assistant
+        assistant.generation_config.num_assistant_tokens_schedule = "adaptive"
+    hf_logging.get_logger("transformers.generation.utils").warning_once.cache_clear()
+    with captured_warnings() as messages:
+        _greedy(target, **call)
+        _greedy(target, **call)
+    said = [message for message in messages if setting in message]
+    assert len(said) == 1, messages
+    # a setting the call reads says nothing
+    with captured_warnings() as messages:
+        _greedy(target, assistant_model=assistant, num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
+    assert not [message for message in messages if "ignores" in message], messages
+
+
+def test_special_tokens_of_other_ids_warn_once(pair):
+    """Whisper tiny.en assisting Whisper base: one id apart in size, under the 10% warning, but their EOS and decoder
+    start ids differ, so that no candidate can be right. Special ids that differ warn once; equal ones say nothing."""
+    target, assistant = pair
+    other = copy.deepcopy(assistant)
+    other.generation_config.eos_token_id = 7
+    other.generation_config.bos_token_id = 8
+    logger = hf_logging.get_logger("transformers.generation.utils")
+    logger.warning_once.cache_clear()
+    with _captured(logger) as records:
+        first = _greedy(target, assistant_model=other)
+        _greedy(target, assistant_model=other)
+    assert_same_tokens(_greedy(target), first)
+    said = [message for message in records if "likely use different tokenizers" in message]
+    assert len(said) == 1 and "`eos_token_id` ([50256] and [7])" in said[0] and "`bos_token_id`" in said[0], records
+    with _captured(logger) as records:
+        _greedy(target, assistant_model=assistant)
+    assert not any("tokenizers" in message for message in records)
+
+
+def test_an_assistant_that_cannot_read_the_models_inputs_is_refused(pair):
+    """A speech model assisting a text model is refused before any forward pass, saying why (it failed deep inside the
+    assistant's encoder, on token ids given to a convolution)."""
+    target, _ = pair
+    speech = tiny_model(WhisperForConditionalGeneration, seed=1)
+    with pytest.raises(ValueError, match="reads `input_features`, but the model .* is given `input_ids`"):
+        _greedy(target, assistant_model=speech)

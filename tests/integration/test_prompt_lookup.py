@@ -221,3 +221,13 @@ def test_a_decoder_start_token_is_not_looked_up():
         handle.remove()
     assert torch.equal(lookup, model.generate(source, max_new_tokens=6))
     assert lengths[0] == 1, f"tokens per verification: {lengths}"
+
+
+def test_a_prompt_that_fills_max_length():
+    """A prompt longer than `max_length` (the default 20): greedy search warns and returns one token, and so does
+    prompt lookup, which has no candidate to propose (it crashed on a negative number of candidates)."""
+    model = _gpt2()
+    prompt = torch.tensor([REPEATED + REPEATED[:7]])
+    greedy = model.generate(prompt, pad_token_id=0)
+    assert greedy.shape[1] == prompt.shape[1] + 1
+    assert torch.equal(model.generate(prompt, pad_token_id=0, prompt_lookup_num_tokens=3), greedy)

@@ -1,13 +1,15 @@
 """Assisted generation of a batch whose rows keep all their accepted candidates (rows with holes).
 
-For the decoder-only classes that declare `_supports_rows_with_holes` (GPT-2, Llama, GPT-NeoX, OPT, Bloom), a
+For the decoder-only classes whose `_supports_rows_with_holes` says so (GPT-2, Llama, GPT-NeoX, OPT, Bloom), a
 left-padded batch of 4 or 8 rows of different lengths, with an assistant that is a lightly noised copy of the model
 (it agrees often, and differently per row) and a constant draft length of 4:
 
 - every row equals batched greedy search of the same padded batch, also when rows end at different steps on an EOS;
 - rows that are done leave the batch: the forward passes of both models narrow as rows end;
-- the model runs at most 1.10 times the forward passes of the batch's slowest row generating alone (rows that stay
-  aligned accept, each round, what the row accepting fewest accepts, and run far more);
+- the model runs at most 1.10 times the forward passes of the batch's slowest row generating alone, or one more
+  (rows that stay aligned accept, each round, what the row accepting fewest accepts, and run far more);
+- the holes are bounded: with drafts that agree rarely or unevenly, over 200 new tokens, the caches never hold more
+  than `BatchRows.max_width` positions, batched greedy search's length and a tenth more (they grew to 1.9 times it);
 - with sampling, the call runs and every row holds valid tokens, padding only after its EOS;
 - with a logits processor that reads the sequences, a second length limit, or prompt lookup, the rows stay aligned
   and still equal greedy search.
@@ -45,6 +47,11 @@ MAX_FORWARD_RATIO = 1.10
 
 def _models(cls, noise=0.04):
     model = tiny_model(cls, seed=0)
+    return model, _noised(model, noise)
+
+
+def _noised(model, noise):
+    """A copy of `model` with noise on its weights, drafting 4 candidates a round."""
     assistant = copy.deepcopy(model)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -53,7 +60,7 @@ def _models(cls, noise=0.04):
             parameter.add_(noise * parameter.std().nan_to_num(0.0) * noise_tensor)
     assistant.generation_config.num_assistant_tokens = 4
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
-    return model, assistant
+    return assistant
 
 
 def _batch(model, rows, seed=0):
@@ -105,8 +112,9 @@ def _eos(greedy, prompt_width):
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
-def test_class_declares_rows_with_holes(cls):
-    assert getattr(cls, "_supports_rows_with_holes", False) is True
+def test_class_supports_rows_with_holes(cls):
+    model, _ = _models(cls)
+    assert model._supports_rows_with_holes(64) is True
 
 
 @pytest.mark.parametrize("rows", [4, 8])
@@ -154,7 +162,10 @@ def forward_counts(cls, rows):
 def test_batch_runs_as_many_forward_passes_as_its_slowest_row(cls, rows):
     batch, slowest = forward_counts(cls, rows)
     assert slowest < MAX_NEW_TOKENS, "the assistant must agree in part"
-    assert batch <= MAX_FORWARD_RATIO * slowest, f"{batch} forward passes for a batch whose slowest row runs {slowest}"
+    # (a round kept short of what rows accepted, to bound their holes, may cost one more)
+    assert batch <= max(
+        MAX_FORWARD_RATIO * slowest, slowest + 1
+    ), f"{batch} forward passes for a batch whose slowest row runs {slowest}"
 
 
 @pytest.mark.parametrize("eos", [False, True], ids=["length", "eos"])
@@ -235,7 +246,7 @@ def test_undeclared_assistant_keeps_rows_aligned():
     model, assistant = _models(GPT2LMHeadModel)
     input_ids, attention_mask = _batch(model, 4)
     greedy = _generate(model, input_ids, attention_mask)
-    assistant._supports_rows_with_holes = False
+    assistant._supports_rows_with_holes = lambda cache_length: False
     with _ForwardCount(model) as aligned:
         assisted = _generate(model, input_ids, attention_mask, assistant)
     assert assisted.tolist() == greedy.tolist()
@@ -322,3 +333,86 @@ def test_whisper_rows_equal_batched_greedy_and_run_as_many_forwards_as_the_slowe
     assert batch.count <= MAX_FORWARD_RATIO * max(alone), f"{batch.count} forward passes, the rows alone {alone}"
     if min(alone) < max(alone):  # rows that are done leave the batch
         assert batch.widths[-1] < rows, f"rows per forward pass: {batch.widths}"
+
+
+class _WidestPass:
+    """The most positions a forward pass of `model` reads: its attention mask's width, the cache and the new tokens."""
+
+    def __init__(self, model):
+        self.width = 0
+        self.handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        self.width = max(self.width, kwargs["attention_mask"].shape[1])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+@pytest.mark.parametrize("draft_length", [4, 10])
+@pytest.mark.parametrize("agreement", ["rarely", "unevenly"])
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("cls", [GPTNeoXForCausalLM, LlamaForCausalLM], ids=lambda cls: cls.__name__)
+def test_holes_are_bounded(cls, rows, agreement, draft_length):
+    """Over 200 new tokens, with a draft of other weights (it agrees rarely) or a noisier copy (unevenly per row), the
+    caches never hold more than `BatchRows.max_width` positions: batched greedy search's and a tenth more."""
+    model = tiny_model(cls, seed=0, max_position_embeddings=512)
+    if agreement == "rarely":
+        assistant = tiny_model(cls, seed=5, max_position_embeddings=512)
+    else:
+        assistant = _noised(model, 0.3)
+    input_ids, attention_mask = _batch(model, rows, seed=2)
+    kwargs = dict(max_new_tokens=200, do_sample=False, pad_token_id=PAD)
+    with torch.no_grad(), _WidestPass(model) as greedy_pass:
+        greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    with torch.no_grad(), _WidestPass(model) as assisted_pass:
+        assisted = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            assistant_model=assistant,
+            num_assistant_tokens=draft_length,
+            num_assistant_tokens_schedule="constant",
+            **kwargs,
+        )
+    assert assisted.tolist() == greedy.tolist()
+    max_length = input_ids.shape[1] + 200
+    assert greedy_pass.width == max_length - 1
+    assert assisted_pass.width <= max_length + max(16, max_length // 10), (assisted_pass.width, greedy_pass.width)
+
+
+@pytest.mark.parametrize("cls", [LlamaForCausalLM, GPTNeoXForCausalLM], ids=lambda cls: cls.__name__)
+def test_dynamic_rotary_scaling_keeps_rows_aligned(cls):
+    """Dynamic rotary scaling takes its base from the cache length, which holes make longer than the sequence: where
+    holes could push it past `max_position_embeddings`, rows stay aligned, and equal batched greedy search (rows
+    differed, with `max_length` below `max_position_embeddings`)."""
+    # (GPT-NeoX rotates all of each head: a tiny head's default share is too small for dynamic scaling)
+    rotary = {"rotary_pct": 1.0} if cls is GPTNeoXForCausalLM else {}
+    model = tiny_model(
+        cls, seed=0, max_position_embeddings=40, rope_scaling={"type": "dynamic", "factor": 2.0}, **rotary
+    )
+    assistant = _noised(model, 0.2)
+    input_ids, attention_mask = _batch(model, 12, seed=3)
+    max_new_tokens = 40 - input_ids.shape[1] - 1
+    assert not model._supports_rows_with_holes(40 + 16)
+    greedy = _generate(model, input_ids, attention_mask, max_new_tokens=max_new_tokens)
+    with mock.patch.object(BatchRows, "keep_own_from", autospec=True, side_effect=BatchRows.keep_own_from) as spy:
+        assisted = _generate(model, input_ids, attention_mask, assistant, max_new_tokens=max_new_tokens)
+    assert spy.call_args.args[1] is None
+    assert assisted.tolist() == greedy.tolist()
+    # without dynamic scaling, the same class keeps holes
+    assert tiny_model(cls, seed=0, max_position_embeddings=40, **rotary)._supports_rows_with_holes(40 + 16)
+
+
+def test_gpt2_rows_within_n_positions():
+    """GPT-2's causal mask is a buffer of `n_positions`: a batch that batched greedy search runs to `max_length` just
+    under it runs assisted too, its rows aligned (the holes pushed the cache past it: a size mismatch)."""
+    model = tiny_model(GPT2LMHeadModel, seed=0, n_positions=64)
+    assert not model._supports_rows_with_holes(62 + 16) and model._supports_rows_with_holes(64)
+    for assistant, seed in ((tiny_model(GPT2LMHeadModel, seed=5, n_positions=64), 0), (_noised(model, 0.3), 1)):
+        input_ids, attention_mask = _batch(model, 4, seed=seed)
+        greedy = _generate(model, input_ids, attention_mask, max_new_tokens=None, max_length=62)
+        assisted = _generate(model, input_ids, attention_mask, assistant, max_new_tokens=None, max_length=62)
+        assert assisted.tolist() == greedy.tolist()

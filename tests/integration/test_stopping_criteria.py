@@ -16,6 +16,7 @@ from transformers import (
     StoppingCriteria,
     StoppingCriteriaList,
 )
+from transformers.generation.stopping_criteria import MaxNewTokensCriteria
 
 from integration._common import assert_same_tokens, run
 from support.tiny_models import draft_model, generation_inputs, tiny_model
@@ -78,3 +79,22 @@ def test_assisted_stops_where_greedy_stops(name, kind, assistant_kind):
     assert greedy.shape[1] < run(target, **inputs).shape[1], "the criterion does not stop greedy search early"
     assisted = run(target, assistant, stopping_criteria=criteria, **inputs)
     assert_same_tokens(greedy, assisted, f"with a {kind} stopping criterion ({assistant_kind} assistant)")
+
+
+@pytest.mark.parametrize("source", ["draft", "itself", "lookup"])
+@pytest.mark.parametrize("name", ["gpt2", "bart"])
+def test_no_candidate_past_a_callers_own_length_limit(name, source):
+    """A caller's own `MaxNewTokensCriteria`, shorter than the call's `max_new_tokens`, bounds the candidates as the
+    call's own limit does: the output has greedy search's length, not a round's more (stock overshoots it, and so did
+    the series while it bounded the candidates by the call's limit only)."""
+    target, draft = _models(name)
+    inputs = generation_inputs(target, "plain")
+    start = inputs["input_ids"].shape[1] if not target.config.is_encoder_decoder else 1
+    criteria = StoppingCriteriaList([MaxNewTokensCriteria(start, 3)])
+    greedy = run(target, stopping_criteria=criteria, **inputs)
+    assert greedy.shape[1] == start + 3
+    if source == "lookup":
+        assisted = run(target, stopping_criteria=criteria, prompt_lookup_num_tokens=5, **inputs)
+    else:
+        assisted = run(target, target if source == "itself" else draft, stopping_criteria=criteria, **inputs)
+    assert_same_tokens(greedy, assisted, f"with a caller's own length criterion ({source})")

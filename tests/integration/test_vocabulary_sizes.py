@@ -154,3 +154,31 @@ def test_fsmt_target_vocabulary_larger_than_source():
     greedy = run(target, **inputs)
     assert int(greedy.max()) >= TINY_VOCAB, "greedy output holds no target id beyond the source vocabulary"
     assert_same_tokens(greedy, run(target, assistant, **inputs))
+
+
+# Logits processors that index the vocabulary by id: with an id only the model holds where it is the wider
+def _id_processors(wide_id):
+    return {
+        "bad_words_ids": {"bad_words_ids": [[wide_id], [7, 8]]},
+        "sequence_bias": {"sequence_bias": {(wide_id,): 2.0, (9,): -1.0}},
+        "suppress_tokens": {"suppress_tokens": [wide_id, 10]},
+        "begin_suppress_tokens": {"begin_suppress_tokens": [wide_id, 11]},
+        "repetition_penalty": {"repetition_penalty": 1.5},
+        "no_repeat_ngram_size": {"no_repeat_ngram_size": 2},
+    }
+
+
+@pytest.mark.parametrize("processor", sorted(_id_processors(0)))
+@pytest.mark.parametrize("wider", ["model", "assistant"])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_processors_that_index_the_vocabulary(cls, wider, processor):
+    """Every logits processor greedy search runs, assisted generation runs, with greedy's tokens, whichever model has
+    more rows: the assistant's logits are processed at the model's width (they crashed on ids the assistant lacks, or
+    on a bias built at the assistant's width first)."""
+    target = tiny_model(cls, seed=0)
+    assistant = draft_model(target)
+    inputs = generation_inputs(target, "plain")
+    _pad_rows(target if wider == "model" else assistant)
+    kwargs = _id_processors(PADDED_VOCAB - 8 if wider == "model" else TINY_VOCAB - 3)[processor]
+    greedy = run(target, **inputs, **kwargs)
+    assert_same_tokens(greedy, run(target, assistant, **inputs, **kwargs), f"with {processor}")

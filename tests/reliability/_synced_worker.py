@@ -85,7 +85,8 @@ def _run_job(job):
     spec = SPECS_BY_NAME[job["spec"]]
     case = Case(**{**job["case"], "prompt": tuple(job["case"]["prompt"])})
     target = get_model(spec.class_name, **spec.overrides)
-    assistant = pick_assistant(spec, target, case.assistant)
+    # prompt lookup drafts from the sequences alone: no assistant
+    assistant = pick_assistant(spec, target, case.assistant) if case.assistant != "lookup" else None
     inputs = build_inputs(case, target)
 
     full_length = None
@@ -97,17 +98,17 @@ def _run_job(job):
         # Single-process reference: plain greedy search, no collectives.
         greedy = target.generate(**inputs, max_new_tokens=case.max_new_tokens, do_sample=False)
 
-        assistant.max_assistant_tokens = case.draft_length
+        if assistant is not None:
+            assistant.max_assistant_tokens = case.draft_length
+            candidates = {"assistant_model": assistant}
+        else:
+            candidates = {"prompt_lookup_num_tokens": case.draft_length}
         collective = _ForwardCollective(target)
         # every forward pass of every model is a collective under ZeRO-3, the assistant's draft steps too
-        assistant_collective = _ForwardCollective(assistant) if assistant is not target else None
+        assistant_collective = _ForwardCollective(assistant) if assistant not in (target, None) else None
         try:
             assisted = target.generate(
-                **inputs,
-                max_new_tokens=case.max_new_tokens,
-                do_sample=False,
-                assistant_model=assistant,
-                synced_gpus=True,
+                **inputs, max_new_tokens=case.max_new_tokens, do_sample=False, synced_gpus=True, **candidates
             )
         finally:
             collective.remove()

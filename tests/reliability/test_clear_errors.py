@@ -357,3 +357,35 @@ def test_bark_semantic_generate_refuses_an_assistant():
     assert message.startswith(f"{UNSUPPORTED_PREFIX} BarkSemanticModel: "), message
     _assert_clear(message, what=["input_embeds"], todo=["without `assistant_model`"])
     assert not hasattr(target, "max_assistant_tokens")
+
+
+@pytest.mark.parametrize("source", ["assistant", "lookup"])
+@pytest.mark.parametrize("class_name", ["LlamaForCausalLM", "GPTNeoXForCausalLM", "OpenLlamaForCausalLM"])
+def test_dynamic_rotary_scaling_past_max_position_embeddings(class_name, source):
+    """Dynamic rotary scaling takes its base from the length of each forward pass past `max_position_embeddings`: a
+    pass over several candidates rotates them otherwise than greedy search's one-token passes (outputs differed). A
+    call that can go past it is refused before any forward pass, naming `rope_scaling` and what to do; a call that
+    stays within it runs, equal to greedy search."""
+    from support.tiny_models import tiny_model
+
+    cls = getattr(transformers, class_name)
+    overrides = {"max_position_embeddings": 24, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    if class_name == "GPTNeoXForCausalLM":
+        overrides["rotary_pct"] = 1.0  # a tiny head's default share is too small for dynamic scaling
+    model = tiny_model(cls, seed=0, **overrides)
+    prompt = torch.tensor([[5, 9, 13, 17, 21, 25, 29, 33]], device=model.device)
+    if source == "assistant":
+        candidates = {"assistant_model": model, "num_assistant_tokens_schedule": "constant"}
+    else:
+        candidates = {"prompt_lookup_num_tokens": 3}
+    kwargs = dict(do_sample=False, pad_token_id=0)
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=r"rope_scaling=.*`max_position_embeddings` \(24\).*at most 24 tokens"):
+            model.generate(prompt, max_new_tokens=20, **kwargs, **candidates)
+    finally:
+        handle.remove()
+    assert not calls, "a forward pass ran before the refusal"
+    greedy = model.generate(prompt, max_new_tokens=16, **kwargs)
+    assert torch.equal(model.generate(prompt, max_new_tokens=16, **kwargs, **candidates), greedy)

@@ -8,7 +8,8 @@ times. The test fails on a deadlock (bounded by a timeout, hung ranks are killed
 the ranks call the target's forward a different number of times, when a rank's output differs from its greedy
 output, or when a rank meant to meet EOS early does not. Fails on stock 4.31.0 (a rank crashes on the size of its
 attention mask, the other loses its peer) and on the series without the lockstep of the draft loop (the ranks call the
-assistant's forward a different number of times, or block on it).
+assistant's forward a different number of times, or block on it). Prompt lookup runs the same loop without an
+assistant: a rank that is done drafts nothing (fails where its candidate budget goes negative once it is done).
 """
 
 import dataclasses
@@ -67,6 +68,13 @@ JOBS = [
         "spec": "bart",
         "cases": [_case(5, 10), _case(7, 18, padding=1, draft_length=5)],
         "eos_after": [None, 3],
+    },
+    {
+        # a done rank drafts nothing: its budget would be negative (a crash in the lookup, then in its peer's
+        # collective)
+        "name": "gpt2, prompt lookup: rank 0 stops first",
+        "spec": "gpt2",
+        "cases": [_case(30, 3, assistant="lookup"), _case(30, 12, padding=2, assistant="lookup", draft_length=4)],
     },
 ]
 
