@@ -25,6 +25,9 @@ from .workloads import (
     BATCH_EOS_SIZES,
     BATCH_EOS_TOKEN,
     BATCH_METHODS,
+    CACHE_BOUND_DRAFT_LENGTHS,
+    CACHE_BOUND_SIZES,
+    CACHE_BOUND_TOKENS,
     CASES,
     GROUPS,
     HEADLINE,
@@ -533,6 +536,29 @@ class Bench:
                 check_eos_rows(size, rep, measured)
                 self.batch_meta["load_peak"] = max(self.batch_meta["load_peak"], one_minute_load())
         self.batch_meta.update(load_end=load_average(), seconds=self.elapsed() - started)
+        self.cache_bound()
+
+    def cache_bound(self):
+        """The peak cache of batched assisted calls over batched greedy search's (`workloads.CACHE_BOUND_*`), on the
+        patched side: counts, one call each, kept in the batch table's meta."""
+        started = self.elapsed()
+        sizes = [size for size in CACHE_BOUND_SIZES if size <= len(self.trained["batch_prompts"])]
+        tokens = CACHE_BOUND_TOKENS if not self.quick else min(CACHE_BOUND_TOKENS, self.plan["batch_tokens"])
+        answer = self.workers[PATCHED].ask(
+            {
+                "op": "cache_bound",
+                "workload": "trained",
+                "sizes": sizes,
+                "draft_lengths": CACHE_BOUND_DRAFT_LENGTHS,
+                "max_new_tokens": tokens,
+                "prompts": self.trained["batch_prompts"][: max(sizes)],
+            }
+        )
+        answer.pop("side", None)
+        self.batch_meta["cache_bound"] = dict(answer, seconds=self.elapsed() - started)
+        ratios = [row["assisted_width"] / row["greedy_width"] for row in answer["rows"]]
+        worst = f"{max(ratios):.3f}" if ratios else "n/a"
+        print(f"[{self.elapsed():6.0f}s] cache bound: peak target cache over batched greedy's, worst {worst}")
 
     def asr_measure(self, side, workload, method, size, tokens, phase, rep=None):
         command = {"op": "asr", "workload": workload, "method": method, "max_new_tokens": tokens, "batch_size": size}

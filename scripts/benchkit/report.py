@@ -35,6 +35,7 @@ from .workloads import (
     BATCH_FORWARDS_TARGET,
     BATCH_GREEDY_TARGET,
     BATCH_METHODS,
+    CACHE_BOUND_TARGET,
     CASES,
     DISTIL_HEADS,
     DISTIL_TARGET,
@@ -1149,8 +1150,54 @@ def batch_section(meta, info, sides, results):
         )
     add(text)
     lines.extend(batch_eos_section(batch, results, clock))
+    lines.extend(cache_bound_section(batch))
     lines.append(BATCH_END)
     return lines
+
+
+def cache_bound_section(batch):
+    """The cache bound's table: each call's peak target cache over batched greedy search's. None for a run made
+    before it."""
+    bound = batch.get("cache_bound")
+    if not bound:
+        return []
+    lines = [
+        "",
+        "### The cache of rows that keep their own candidates",
+        "",
+        f"The same pair and prompts, {bound['tokens']} new tokens per row, no EOS, a constant draft length, with a "
+        "draft that agrees rarely (the draft's architecture, untrained, seeded) and one that agrees unevenly (the "
+        "trained draft with noise on its weights, seeded). *Peak*: the most positions a forward pass of the target "
+        "reads (its cache and the new tokens), over batched greedy search's; the holes of a row are bounded "
+        f"(`BatchRows.max_holes`). Counts, one call each; target: at most {CACHE_BOUND_TARGET:.2f}.",
+        "",
+        "| B | draft | draft length | greedy's peak | assisted peak | over greedy's | same tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in bound["rows"]:
+        ratio = row["assisted_width"] / row["greedy_width"]
+        lines.append(
+            f"| {row['size']} | {row['draft']} | {row['draft_length']} | {row['greedy_width']} | "
+            f"{row['assisted_width']} | {ratio:.3f} | {'yes' if row['same'] else '**no**'} |"
+        )
+    return lines
+
+
+def cache_bound_lines(batch):
+    """The cache bound's closing line: the worst peak target cache over batched greedy search's, against its
+    target."""
+    bound = batch.get("cache_bound")
+    if not bound:
+        return []
+    rows = bound["rows"]
+    worst = max(rows, key=lambda row: row["assisted_width"] / row["greedy_width"])
+    value = worst["assisted_width"] / worst["greedy_width"]
+    verdict = "met" if value <= CACHE_BOUND_TARGET and all(row["same"] for row in rows) else "NOT met"
+    return [
+        f"peak target cache, batched assisted/batched greedy: {value:.3f}, target <= {CACHE_BOUND_TARGET:.2f}: "
+        f"{verdict} (the worst of {len(rows)} calls: B={worst['size']}, the draft that agrees {worst['draft']}, "
+        f"{worst['draft_length']} candidates a round; trained pair, {bound['tokens']} new tokens per row; counts)"
+    ]
 
 
 def eos_name(token):
@@ -1663,7 +1710,7 @@ def batch_lines(meta, results):
         )
     else:
         lines.append(f"{label}: n/a ({bound}; {' and '.join(f'B={size}' for size in sizes)} did not run)")
-    return lines + batch_eos_lines(batch, results)
+    return lines + batch_eos_lines(batch, results) + cache_bound_lines(batch)
 
 
 def batch_eos_lines(batch, results):

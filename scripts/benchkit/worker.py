@@ -40,6 +40,7 @@ calls run without it: a criterion of a class of its own makes the patched fork k
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import json
@@ -311,7 +312,7 @@ class Worker:
         whole call; the target and assistant forwards are counted all the same). The patched fork keeps the rows of
         a batch aligned where any stopping criterion is of another class than its length limits, so batches whose
         rows keep their own run without it. `aligned_rows`: the patched fork keeps the rows of a batch aligned
-        anyway (`_supports_rows_with_holes` set to False on the target for the call: a switch private to the bench,
+        anyway (`_supports_rows_with_holes` answering False on the target for the call: a switch private to the bench,
         which gives the fork's behaviour before rows kept their own). `eos_token_id`: the rows end on that token (the
         batch table's variant whose rows end at different steps); None, the default: every run generates exactly
         max_new_tokens."""
@@ -375,7 +376,7 @@ class Worker:
             start = clock.now()
             if aligned_rows:
                 # The fork reads the target's declaration: an instance attribute over the class's, for this call
-                target._supports_rows_with_holes = False
+                target._supports_rows_with_holes = lambda cache_length: False
             try:
                 with counter.mode if counter is not None else contextlib.nullcontext():
                     output = target.generate(
@@ -495,7 +496,7 @@ class Worker:
     def batch(self, workload, method, max_new_tokens, prompts, separate=False, aligned_rows=False, eos_token_id=None):
         """The prompts as one batched call, or one call per prompt (`separate`): the calls' sums, every row's tokens.
         The calls run without timestamped rounds (`run`'s `time_rounds`), so that the patched fork lets the rows of
-        an assisted batch keep all their accepted candidates where the model declares it (`_supports_rows_with_holes`:
+        an assisted batch keep all their accepted candidates where the model supports it (`_supports_rows_with_holes`:
         GPT-2, the trained pair, does), unless `aligned_rows` keeps them aligned.
 
         Rounds are target forwards (one per verification; greedy: one per token), `rounds_max` those of the call
@@ -655,6 +656,63 @@ class Worker:
             "weights_sha": weights,
         }
 
+    def cache_bound(self, workload, sizes, draft_lengths, max_new_tokens, prompts):
+        """The peak cache of the target (the most positions a forward pass of it reads: its attention mask's width) in
+        batched assisted calls whose rows keep their own candidates, and in batched greedy search, for each batch size
+        (the first `size` prompts, left padded), constant draft length and draft: one that agrees rarely (the draft's
+        architecture with untrained weights, seeded) and one that agrees unevenly (the trained draft with noise on its
+        weights, seeded). Counts, not times: one call each. Every assisted call's tokens are checked against greedy's.
+        """
+        target, trained_draft, _, _ = self.workload(workload)
+        torch.manual_seed(0)
+        rarely = type(trained_draft)(trained_draft.config).to(self.device, self.dtype).eval()
+        unevenly = copy.deepcopy(trained_draft)
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for parameter in unevenly.parameters():
+                noise = torch.randn(parameter.shape, generator=generator).to(parameter.device, parameter.dtype)
+                parameter.add_(0.3 * parameter.std().nan_to_num(0.0) * noise)
+        widest = [0]
+
+        def hook(module, args, kwargs):
+            mask = kwargs.get("attention_mask")
+            if mask is not None:
+                widest[0] = max(widest[0], mask.shape[1])
+
+        handle = target.register_forward_pre_hook(hook, with_kwargs=True)
+        rows = []
+        try:
+            for size in sizes:
+                batch = {key: value.to(self.device) for key, value in left_padded(prompts[:size]).items()}
+                kwargs = dict(batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+                widest[0] = 0
+                with torch.no_grad():
+                    greedy = target.generate(**kwargs)
+                greedy_width = widest[0]
+                for name, draft in (("rarely", rarely), ("unevenly", unevenly)):
+                    for length in draft_lengths:
+                        widest[0] = 0
+                        with torch.no_grad():
+                            assisted = target.generate(
+                                **kwargs,
+                                assistant_model=draft,
+                                num_assistant_tokens=length,
+                                num_assistant_tokens_schedule="constant",
+                            )
+                        rows.append(
+                            {
+                                "size": size,
+                                "draft": name,
+                                "draft_length": length,
+                                "greedy_width": greedy_width,
+                                "assisted_width": widest[0],
+                                "same": torch.equal(assisted, greedy),
+                            }
+                        )
+        finally:
+            handle.remove()
+        return {"rows": rows, "tokens": max_new_tokens}
+
     def answer(self, command):
         """The answer to one command of the driver (see the module's docstring)."""
         op = command["op"]
@@ -683,6 +741,14 @@ class Worker:
                 command["max_new_tokens"],
                 command["batch_size"],
                 command.get("workload", "whisper"),
+            )
+        if op == "cache_bound":
+            return self.cache_bound(
+                command["workload"],
+                command["sizes"],
+                command["draft_lengths"],
+                command["max_new_tokens"],
+                command["prompts"],
             )
         if op == "batch":
             return self.batch(

@@ -696,6 +696,15 @@ BATCH_EOS_SIZES = [4, 8]
 BATCH_EOS_METHODS = ["batched-assisted", "aligned-assisted", "batched-greedy"]
 
 
+# The cache bound: the peak cache of batched assisted calls whose rows keep their own candidates, over batched greedy
+# search's, at these batch sizes and constant draft lengths, over CACHE_BOUND_TOKENS new tokens per row, with drafts
+# that agree rarely (the draft's architecture, untrained) and unevenly (the trained draft, noised); at most the limit.
+CACHE_BOUND_SIZES = [4, 8]
+CACHE_BOUND_DRAFT_LENGTHS = [4, 10]
+CACHE_BOUND_TOKENS = 200
+CACHE_BOUND_TARGET = 1.10
+
+
 def trained_prompt():
     return train.prompts(1, TRAINED_PROMPT_LENGTH)[0]
 

@@ -1065,7 +1065,8 @@ def test_the_batch_calls_let_the_rows_keep_their_own_unless_told_to_keep_them_al
     assert own["rows"] == aligned["rows"] == greedy["rows"]
     assert not own["aligned_rows"] and aligned["aligned_rows"]
     assert own["rounds"] == own["rounds_max"] and separate["rounds_max"] < separate["rounds"]
-    if type(target)._supports_rows_with_holes:  # the fork: this pair's rows keep their own, in fewer rounds
+    supports = getattr(target, "_supports_rows_with_holes", None)
+    if callable(supports) and supports(64):  # the fork: this pair's rows keep their own, in fewer rounds
         assert own["rounds"] < aligned["rounds"]
     # without its round timestamps a call is one round, its forwards counted all the same
     alone = worker.run("loop", "assisted", 24, time_rounds=False)
@@ -1215,6 +1216,8 @@ def test_the_batch_table_runs_the_rows_ending_on_an_eos_in_its_repetitions_and_s
     class Worker:
         def ask(self, command):
             asked.append(command)
+            if command["op"] == "cache_bound":
+                return {"rows": [], "tokens": command["max_new_tokens"]}
             rows = [[1, 32, 0]] * len(command["prompts"])
             if command.get("eos_token_id") and command["aligned_rows"] and wrong:
                 rows = [[1, 2, 32]] * len(command["prompts"])
@@ -1252,6 +1255,36 @@ def test_the_batch_table_runs_the_rows_ending_on_an_eos_in_its_repetitions_and_s
     wrong, asked[:] = True, []
     with pytest.raises(SystemExit, match="B=4, repetition 0: aligned-assisted DID NOT RETURN BATCHED GREEDY"):
         bench.batch_table()
+
+
+def test_the_cache_bound_measures_the_peak_cache_of_each_draft_and_length():
+    worker = make_worker()
+    prompts = [list(range(5, 5 + length)) for length in (12, 7, 10, 4)]
+    answer = worker.cache_bound("loop", [4], [4, 10], 24, prompts)
+    assert answer["tokens"] == 24
+    assert [(row["size"], row["draft"], row["draft_length"]) for row in answer["rows"]] == [
+        (4, draft, length) for draft in ("rarely", "unevenly") for length in (4, 10)
+    ]
+    for row in answer["rows"]:
+        assert row["same"] and row["greedy_width"] == 12 + 24 - 1
+        assert row["greedy_width"] <= row["assisted_width"] <= 12 + 24 + 16
+
+
+def test_the_cache_bound_section_and_line_judge_the_worst_call():
+    from benchkit import report
+
+    rows = [
+        {"size": 4, "draft": "rarely", "draft_length": 4, "greedy_width": 100, "assisted_width": 104, "same": True},
+        {"size": 8, "draft": "unevenly", "draft_length": 10, "greedy_width": 100, "assisted_width": 108, "same": True},
+    ]
+    batch = {"cache_bound": {"rows": rows, "tokens": 200}}
+    section = "\n".join(report.cache_bound_section(batch))
+    assert "| 8 | unevenly | 10 | 100 | 108 | 1.080 | yes |" in section
+    (line,) = report.cache_bound_lines(batch)
+    assert line.startswith("peak target cache, batched assisted/batched greedy: 1.080, target <= 1.10: met")
+    rows[0]["assisted_width"] = 120
+    assert "1.200, target <= 1.10: NOT met" in report.cache_bound_lines(batch)[0]
+    assert report.cache_bound_lines({}) == [] and report.cache_bound_section({}) == []
 
 
 # ---- the time a full run takes
