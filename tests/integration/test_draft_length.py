@@ -21,6 +21,7 @@ import threading
 import pytest
 import torch
 from transformers import BartForConditionalGeneration, GPT2LMHeadModel
+from transformers.generation import draft_length
 
 from integration._common import assert_same_tokens, run
 from support.assistants import reset_assistant
@@ -262,3 +263,54 @@ def test_adaptive_seeded_sampling_is_reproducible(name):
     outputs = [_assisted(target, assistant, inputs, schedule=("adaptive", 5)) for _ in range(3)]
     for output in outputs[1:]:
         assert_same_tokens(outputs[0], output, "(two seeded sampling calls)")
+
+
+class _LateDraft(draft_length.DraftLengthSchedule):
+    """Drafts one candidate in the first round (as the adaptive schedule does, the assistant reading the prompt), none
+    in the next `wait` rounds, then 2 a round; records the rounds it is told to leave out."""
+
+    name = "late"
+
+    def __init__(self, wait):
+        super().__init__()
+        self.wait, self.rounds, self.excluded = wait, 0, []
+
+    def num_candidates(self, max_candidates):
+        if self.rounds == 0:
+            return min(1, max_candidates)
+        return min(2, max_candidates) if self.rounds > self.wait else 0
+
+    def update(self, num_drafted, num_accepted):
+        self.rounds += 1
+
+    def exclude_round(self):
+        self.excluded.append(self.rounds)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_draft_that_rejoins_late_reads_what_it_missed_in_bounded_passes(rows):
+    """An assistant that drafted nothing for 40 rounds after the first reads the tokens it missed in passes of the
+    prompt's length at most, not all at once (it held up to 200 positions of logits in one pass), and the schedule
+    leaves that round out of the cost of its candidates; the tokens are greedy's."""
+    from unittest import mock
+
+    target = tiny_model(GPT2LMHeadModel, seed=0, n_positions=128)
+    assistant = draft_model(target)
+    prompt = torch.tensor([[5 + (7 * i) % 60 for i in range(8)]] * rows, device=target.device)
+    kwargs = dict(max_new_tokens=60, do_sample=False, pad_token_id=0)
+    schedule = _LateDraft(wait=40)
+    widths = []
+    handle = assistant.register_forward_hook(lambda module, args, output: widths.append(output.logits.shape[1]))
+    try:
+        with (
+            torch.no_grad(),
+            mock.patch("transformers.generation.utils.get_draft_length_schedule", return_value=schedule),
+        ):
+            assisted = target.generate(prompt, assistant_model=assistant, **kwargs)
+    finally:
+        handle.remove()
+    with torch.no_grad():
+        assert_same_tokens(target.generate(prompt, **kwargs), assisted)
+    assert widths[0] == prompt.shape[1], widths
+    assert max(widths) <= prompt.shape[1], f"the assistant read {max(widths)} positions in one pass"
+    assert schedule.excluded and set(schedule.excluded) == {41}, schedule.excluded

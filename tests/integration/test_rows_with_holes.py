@@ -416,3 +416,30 @@ def test_gpt2_rows_within_n_positions():
         greedy = _generate(model, input_ids, attention_mask, max_new_tokens=None, max_length=62)
         assisted = _generate(model, input_ids, attention_mask, assistant, max_new_tokens=None, max_length=62)
         assert assisted.tolist() == greedy.tolist()
+
+
+def test_a_processor_says_how_far_it_reads_the_sequences():
+    """Whether a logits processor reads only the logits is the processor's to say (`input_ids_read_until`), so that a
+    user's own can: one that reads nothing of the sequences lets the rows keep their own, one that says nothing keeps
+    them aligned; both equal batched greedy search."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Sharpen(LogitsProcessor):
+        input_ids_read_until = 0
+
+        def __call__(self, input_ids, scores):
+            return scores * 2.0
+
+    class SharpenSilently(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            return scores * 2.0
+
+    model, assistant = _models(GPT2LMHeadModel)
+    input_ids, attention_mask = _batch(model, 4)
+    for processor, keeps_own in ((Sharpen(), True), (SharpenSilently(), False)):
+        processors = LogitsProcessorList([processor])
+        greedy = _generate(model, input_ids, attention_mask, logits_processor=processors)
+        with mock.patch.object(BatchRows, "keep_own_from", autospec=True, side_effect=BatchRows.keep_own_from) as spy:
+            assisted = _generate(model, input_ids, attention_mask, assistant, logits_processor=processors)
+        assert (spy.call_args.args[1] is not None) == keeps_own
+        assert assisted.tolist() == greedy.tolist()
