@@ -182,3 +182,15 @@ def test_processors_that_index_the_vocabulary(cls, wider, processor):
     kwargs = _id_processors(PADDED_VOCAB - 8 if wider == "model" else TINY_VOCAB - 3)[processor]
     greedy = run(target, **inputs, **kwargs)
     assert_same_tokens(greedy, run(target, assistant, **inputs, **kwargs), f"with {processor}")
+
+
+def test_encoder_ids_the_assistant_cannot_embed():
+    """An encoder-decoder assistant with fewer rows than the model reads the model's encoder input: ids it cannot
+    embed are read as its last one, as its decoder reads them (its encoder failed on an index out of range)."""
+    target = _pad_rows(tiny_model(BartForConditionalGeneration, seed=0))
+    assistant = draft_model(tiny_model(BartForConditionalGeneration, seed=0))
+    inputs = generation_inputs(target, "plain")
+    inputs["input_ids"] = inputs["input_ids"].clone()
+    inputs["input_ids"][:, 1] = PADDED_VOCAB - 8  # an id only the model's embeddings hold
+    greedy = run(target, **inputs)
+    assert_same_tokens(greedy, run(target, assistant, **inputs))
