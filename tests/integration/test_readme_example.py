@@ -32,8 +32,6 @@ LOCAL = "<!-- readme-example: local -->"
 # What both blocks must show: the calls the README's text describes.
 CALLS = (
     "assistant_model=assistant",
-    "num_assistant_tokens=4",
-    'num_assistant_tokens_schedule="constant"',
     "prompt_lookup_num_tokens=",
     "model.last_assisted_decoding_stats",
     "draft.model.encoder = whisper.model.encoder",
