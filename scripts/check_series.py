@@ -62,6 +62,9 @@ REGRESSION_TESTS = ("tests/models/test_plain_unchanged.py", "tests/models/test_s
 IDENTITY = ("-c", "user.name=Series Check", "-c", "user.email=series-check@localhost")
 # Modules of these kinds need TensorFlow or Flax, which the PyTorch environment does not have.
 NOT_IMPORTABLE = ("modeling_tf_", "modeling_flax_", "tf_utils", "flax_utils", "_tf_", "_flax_")
+# Modules of the package that only assisted decoding and prompt lookup run (plain generation calls none of their
+# functions): a change to them cannot change plain generation or slicing.
+ASSISTED_ONLY_FILES = ("src/transformers/generation/candidates.py",)
 # Exit status of the import step when an import fails (pytest's own statuses are 0..5).
 IMPORT_FAILED = 99
 
@@ -158,6 +161,8 @@ def scope_of(clone: Path, files: list[str]) -> tuple[list[str], list[str] | None
                 classes.extend(defined_classes(clone / path))
         elif not (len(parts) >= 3 and parts[1] == "models"):
             shared = True  # shared code: generation/, modeling_utils.py, ...
+            if path in ASSISTED_ONLY_FILES:
+                continue
             if path != UTILS or not assisted_only_change(clone):
                 everything = True
     return modules, None if everything else sorted(set(classes)), shared

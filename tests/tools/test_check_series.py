@@ -273,3 +273,15 @@ def test_known_failures_in_series_count_only_before_their_patch(tmp_path):
     # the list the series ships names tests that exist upstream, all fixed by the tip
     assert check_series.known_in_series(10**4) == []
     assert len(check_series.known_in_series(1)) >= 9
+
+
+def test_the_drafting_module_is_assisted_only_code():
+    """A change to generation/candidates.py, which plain generation never calls, runs no regression test (its imports
+    and `tests/generation`'s assisted tests still run); another shared file runs them all."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import check_series
+
+    modules, classes, shared = check_series.scope_of(REPO, ["src/transformers/generation/candidates.py"])
+    assert modules == ["transformers.generation.candidates"] and classes == [] and shared
+    _, classes, shared = check_series.scope_of(REPO, ["src/transformers/generation/logits_process.py"])
+    assert classes is None and shared
