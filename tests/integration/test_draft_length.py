@@ -289,28 +289,27 @@ class _LateDraft(draft_length.DraftLengthSchedule):
 
 @pytest.mark.parametrize("rows", [1, 3])
 def test_a_draft_that_rejoins_late_reads_what_it_missed_in_bounded_passes(rows):
-    """An assistant that drafted nothing for 40 rounds after the first reads the tokens it missed in passes of the
-    prompt's length at most, not all at once (it held up to 200 positions of logits in one pass), and the schedule
-    leaves that round out of the cost of its candidates; the tokens are greedy's."""
+    """An assistant that drafted nothing for 150 rounds after the first reads the tokens it missed in passes of 64
+    tokens at most (`AssistantCandidates.catch_up_length`), not all at once (it held up to 200 positions of logits in
+    one pass), and the schedule leaves that round out of the cost of its candidates; the tokens are greedy's. Rounds
+    that miss fewer read them with their first draft step, as before."""
     from unittest import mock
 
-    target = tiny_model(GPT2LMHeadModel, seed=0, n_positions=128)
-    assistant = draft_model(target)
+    target = tiny_model(GPT2LMHeadModel, seed=0, n_positions=256)
+    assistant = draft_model(target, n_positions=256)
     prompt = torch.tensor([[5 + (7 * i) % 60 for i in range(8)]] * rows, device=target.device)
-    kwargs = dict(max_new_tokens=60, do_sample=False, pad_token_id=0)
-    schedule = _LateDraft(wait=40)
+    kwargs = dict(max_new_tokens=170, do_sample=False, pad_token_id=0)
+    schedule = _LateDraft(wait=150)
     widths = []
     handle = assistant.register_forward_hook(lambda module, args, output: widths.append(output.logits.shape[1]))
+    late = mock.patch("transformers.generation.utils.get_draft_length_schedule", return_value=schedule)
     try:
-        with (
-            torch.no_grad(),
-            mock.patch("transformers.generation.utils.get_draft_length_schedule", return_value=schedule),
-        ):
+        with torch.no_grad(), late:
             assisted = target.generate(prompt, assistant_model=assistant, **kwargs)
     finally:
         handle.remove()
     with torch.no_grad():
         assert_same_tokens(target.generate(prompt, **kwargs), assisted)
     assert widths[0] == prompt.shape[1], widths
-    assert max(widths) <= prompt.shape[1], f"the assistant read {max(widths)} positions in one pass"
-    assert schedule.excluded and set(schedule.excluded) == {41}, schedule.excluded
+    assert max(widths) == 64, f"the assistant read {max(widths)} positions in one pass"
+    assert schedule.excluded and set(schedule.excluded) == {151}, schedule.excluded
