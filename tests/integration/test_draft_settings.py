@@ -183,16 +183,21 @@ def test_a_string_assistant_is_told_how_to_load_it(pair):
 def test_vocabularies_of_other_sizes_warn_once_and_keep_the_tokens(pair):
     target, _ = pair
     other = _gpt2(1, vocab=200, seed=3)
+    records = _warnings_of_two_calls(target, other)
+    assert sum("do they share a tokenizer" in message for message in records) == 1
+    assert not any("tokenizer" in message for message in _warnings_of_two_calls(target, pair[1]))
+
+
+def _warnings_of_two_calls(target, assistant):
+    """What the generation logger says in two calls with `assistant` (its `warning_once` cache cleared first), after
+    checking that the first call returns greedy search's tokens."""
     logger = hf_logging.get_logger("transformers.generation.utils")
     logger.warning_once.cache_clear()
     with _captured(logger) as records:
-        first = _greedy(target, assistant_model=other)
-        _greedy(target, assistant_model=other)
+        first = _greedy(target, assistant_model=assistant)
+        _greedy(target, assistant_model=assistant)
     assert_same_tokens(_greedy(target), first)
-    assert sum("do they share a tokenizer" in message for message in records) == 1
-    with _captured(logger) as records:
-        _greedy(target, assistant_model=pair[1])
-    assert not any("tokenizer" in message for message in records)
+    return records
 
 
 class _captured:
@@ -426,17 +431,10 @@ def test_special_tokens_of_other_ids_warn_once(pair):
     other = copy.deepcopy(assistant)
     other.generation_config.eos_token_id = 7
     other.generation_config.bos_token_id = 8
-    logger = hf_logging.get_logger("transformers.generation.utils")
-    logger.warning_once.cache_clear()
-    with _captured(logger) as records:
-        first = _greedy(target, assistant_model=other)
-        _greedy(target, assistant_model=other)
-    assert_same_tokens(_greedy(target), first)
+    records = _warnings_of_two_calls(target, other)
     said = [message for message in records if "likely use different tokenizers" in message]
     assert len(said) == 1 and "`eos_token_id` ([50256] and [7])" in said[0] and "`bos_token_id`" in said[0], records
-    with _captured(logger) as records:
-        _greedy(target, assistant_model=assistant)
-    assert not any("tokenizers" in message for message in records)
+    assert not any("tokenizers" in message for message in _warnings_of_two_calls(target, assistant))
 
 
 def test_an_assistant_that_cannot_read_the_models_inputs_is_refused(pair):
