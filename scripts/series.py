@@ -84,6 +84,40 @@ def read_series(patches: Path = PATCHES) -> list[Path]:
 
 
 GROUP_PREFIX = "# group:"
+# The tiers of the series, in order: the groups upstream would merge as pull requests, then those only the fork
+# carries. A group line reads `# group: NAME (TIER)`.
+TIERS = ("upstream", "fork")
+
+
+def split_group(label: str) -> tuple[str, str | None]:
+    """`NAME (TIER)` -> (NAME, TIER); a label without a tier gives (label, None)."""
+    name, _, rest = label.partition(" (")
+    return (name.strip(), rest[:-1]) if rest.endswith(")") else (label.strip(), None)
+
+
+def read_tiers(patches: Path = PATCHES) -> list[tuple[str, str | None]]:
+    """(group name, tier) of each `# group:` line of `patches/series`, in order."""
+    series = patches / "series"
+    if not series.exists():
+        return []
+    return [
+        split_group(line[len(GROUP_PREFIX) :].strip())
+        for line in series.read_text().splitlines()
+        if line.startswith(GROUP_PREFIX)
+    ]
+
+
+def tier_errors(tiers: list[tuple[str, str | None]]) -> list[str]:
+    """What is wrong with the tiers of the groups: a group without a known tier, an upstream group after a fork one."""
+    errors, seen_fork = [], None
+    for name, tier in tiers:
+        if tier not in TIERS:
+            errors.append(f"group {name} names no tier ({' or '.join(TIERS)}): `# group: {name} (TIER)`")
+        elif tier == "fork":
+            seen_fork = seen_fork or name
+        elif seen_fork:
+            errors.append(f"upstream group {name} comes after fork group {seen_fork}: the upstream tier comes first")
+    return errors
 
 
 def read_groups(patches: Path = PATCHES) -> dict[str, str]:
