@@ -170,15 +170,16 @@ def rows_bounds(reps, lengths):
             schedule = {"num_assistant_tokens": length, "num_assistant_tokens_schedule": "constant"}
         with torch.no_grad():
             start = time.thread_time()
-            target.generate(
+            output = target.generate(
                 **batch,
                 assistant_model=draft,
                 max_new_tokens=128,
                 do_sample=False,
                 pad_token_id=0,
+                return_dict_in_generate=True,
                 **schedule,
             )
-            return time.thread_time() - start, target.last_assisted_decoding_stats.num_rounds
+            return time.thread_time() - start, output.assisted_decoding_stats.num_rounds
 
     ways = ("own", "aligned", "own again")
     times = {(length, way): [] for length in lengths for way in ways}

@@ -237,12 +237,18 @@ class RealModels:
         return numpy.frombuffer(data, dtype="<i2").astype(numpy.float32) / 32768.0
 
 
-def _stats(model):
-    """The fork's account of the model's last assisted call, or None (5.23.0 keeps none)."""
-    import dataclasses
+def _stats(output):
+    """The fork's account of an assisted call, from its output, or None (5.23.0 keeps none)."""
+    from benchkit.worker import decoding_stats
 
-    stats = getattr(model, "last_assisted_decoding_stats", None)
-    return dataclasses.asdict(stats) if stats is not None and dataclasses.is_dataclass(stats) else None
+    return decoding_stats(output)
+
+
+def _asks_stats(method):
+    """Whether a call of `method` asks for a dict, for the account of the call (the fork's calls only)."""
+    from benchkit.worker import returns_decoding_stats
+
+    return method != "greedy" and returns_decoding_stats()
 
 
 def _timed(worker, call):
@@ -286,7 +292,8 @@ def generate_prompts(worker, models, method, prompts, max_new_tokens, batch=Fals
     rows, stats = [], []
     for texts in groups:
         inputs = tokenizer(texts, return_tensors="pt", padding=True).to(worker.device)
-        model.__dict__.pop("last_assisted_decoding_stats", None)
+        if _asks_stats(method):
+            extra["return_dict_in_generate"] = True
 
         def call(inputs=inputs):
             return model.generate(
@@ -305,6 +312,9 @@ def generate_prompts(worker, models, method, prompts, max_new_tokens, batch=Fals
             worker.clock.depth = 0
             kind = "refuses" if isinstance(error, (ValueError, NotImplementedError)) else "fails"
             return {"method": method, "failed": f"{kind}: {type(error).__name__}: {error}"}
+        call_stats = _stats(output) if method != "greedy" else None
+        if isinstance(output, dict):
+            output = output["sequences"]
         new = output[:, inputs["input_ids"].shape[1] :]
         for row in new.tolist():
             # what the row generated, up to its end of turn (a finished row of a batch is padded after it)
@@ -315,7 +325,7 @@ def generate_prompts(worker, models, method, prompts, max_new_tokens, batch=Fals
         totals["forward_time"] += worker.clock.forward_time
         totals["target_calls"] += worker.clock.calls_by_module.get(id(model), 0)
         totals["new_tokens"] += new.shape[1]  # per row: the call's steps
-        stats.append(_stats(model) if method != "greedy" else None)
+        stats.append(call_stats)
     totals["generated"] = sum(len(row) for row in rows)
     return {
         "method": method,
@@ -339,11 +349,14 @@ def transcribe(worker, models, method, clips, max_new_tokens):
     generate = target.generate
 
     def recording(*args, **kwargs):
-        target.__dict__.pop("last_assisted_decoding_stats", None)
-        tokens = generate(*args, **kwargs)
+        asks_dict = kwargs.get("return_dict_in_generate")
+        if _asks_stats(method):
+            kwargs["return_dict_in_generate"] = True
+        output = generate(*args, **kwargs)
+        tokens = output["sequences"] if isinstance(output, dict) else output
         generated.extend(tokens.tolist())
-        stats.append(_stats(target) if method == "assisted" else None)
-        return tokens
+        stats.append(_stats(output) if method == "assisted" else None)
+        return output if asks_dict else tokens
 
     target.generate = recording
     try:
@@ -663,10 +676,9 @@ def real_section(table, meta):
     if meta.get("skipped"):
         return lines + [f"Not measured: {meta['skipped']}.", ""]
     lines += [
-        "SmolLM2-135M-Instruct and Whisper base from `make real-models` (`scripts/benchkit/real.py`; "
-        "docs/benchmarks-real.md says what the prompts are). Time per token on the workers' clock, medians over the "
-        "repetitions; ratios paired per repetition (min-max in brackets). Every side's tokens are the fork's greedy "
-        f"tokens. Prompt lookup drafts {LOOKUP_TOKENS} tokens, n-grams of 2 at most, on every side.",
+        "SmolLM2-135M-Instruct and Whisper base from `make real-models`; the cases and prompts are in "
+        "[benchmarks-real.md](benchmarks-real.md). Paired medians (min-max); every side returned the fork's greedy "
+        f"tokens. Prompt lookup drafts {LOOKUP_TOKENS} tokens from n-grams of 2 at most, on every side.",
         "",
         "| case | reps | new tokens at most | greedy ms/tok (real-asr: ms/clip) | other sides, the same unit | ratio "
         "| noise floor | target |",
@@ -688,6 +700,8 @@ def real_section(table, meta):
             f"| {others} | {other}/greedy {_ratio(row['ratio'])} | {_ratio(row['noise'])} | {target} |"
         )
     lines.append("")
-    lines += [f"- {line}" for line in real_lines(table, meta)]
+    # The judged lines are the table's last column (and the page's verdicts); the others say what the fork did.
+    shown = [line for line in real_lines(table, meta) if "target <" not in line and "where the time goes" not in line]
+    lines += [f"- {line.split(', the first because: ')[0].split('; schedule `prompt_lookup`')[0]}" for line in shown]
     lines.append("")
     return lines

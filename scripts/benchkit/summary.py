@@ -145,7 +145,7 @@ def side_summary(measured, tokens):
 
 
 def decoding_summary(measured):
-    """What the patched fork says of its calls (`last_assisted_decoding_stats`, recorded by the worker), over a
+    """What the patched fork says of its calls (`assisted_decoding_stats`, recorded by the worker), over a
     side's runs: the schedule, the medians of the rounds and of the candidates drafted and accepted, and the reasons
     it gave for drafting nothing or stopping, each with the number of runs that gave it (reasons differing only in
     their figures counted together, the first one's words kept); None where no run has it (the other versions)."""
@@ -376,7 +376,7 @@ def same_every_rep(measured):
 
 
 def asr_decoding(stats):
-    """The fork's account of one pipeline call (`last_assisted_decoding_stats` of each of its batches): the schedule,
+    """The fork's account of one pipeline call (`assisted_decoding_stats` of each of its batches): the schedule,
     the rounds and the candidates drafted and accepted summed over the batches, and the reasons it gave for drafting
     nothing or stopping (`distinct_reasons`); None where the worker recorded none (greedy calls, the other versions).
     """

@@ -161,11 +161,22 @@ def set_draft_length(assistant, draft, saved):
             raise ValueError("this transformers has no `assistant_confidence_threshold`")
 
 
-def decoding_stats(model):
-    """What the patched fork's assisted decoding says of the model's last call (`last_assisted_decoding_stats`: its
-    schedule, rounds, candidates drafted and accepted, and why it drafted nothing or stopped drafting), or None where
-    the version keeps no such account."""
-    stats = getattr(model, "last_assisted_decoding_stats", None)
+def returns_decoding_stats():
+    """Whether this transformers returns the account of an assisted call in its output (the patched fork's
+    `assisted_decoding_stats`): only then are its calls asked for a dict, the other versions' calls stay as they are.
+    """
+    import transformers.generation.utils as generation_utils
+
+    return "assisted_decoding_stats" in getattr(
+        generation_utils.GreedySearchDecoderOnlyOutput, "__dataclass_fields__", {}
+    )
+
+
+def decoding_stats(output):
+    """What the patched fork's assisted decoding says of a call in its output (`assisted_decoding_stats`: its
+    schedule, rounds, candidates drafted and accepted, per row too, and why it drafted nothing or stopped drafting), or
+    None where the version keeps no such account."""
+    stats = output.get("assisted_decoding_stats") if isinstance(output, dict) else None
     if stats is None or not dataclasses.is_dataclass(stats):
         return None
     return dataclasses.asdict(stats)
@@ -362,8 +373,9 @@ class Worker:
         start_length = 1 if target.config.is_encoder_decoder else prompt["input_ids"].shape[1]
         # tokens, or feature frames for a speech model (input_features)
         prompt_length = prompt[target.main_input_name].shape[-1]
-        # The patched fork's own account of the call (rounds, candidates, why it stopped drafting), left by the call.
-        target.__dict__.pop("last_assisted_decoding_stats", None)
+        # The patched fork's own account of the call (rounds, candidates, why it stopped drafting), in its output.
+        if method == "assisted" and returns_decoding_stats():
+            extra["return_dict_in_generate"] = True
 
         clock.reset()
         counter = OpCounter(clock) if count_ops else None
@@ -397,6 +409,9 @@ class Worker:
             elapsed = clock.now() - start
             wall = time.perf_counter() - wall_start
             cpu = time.process_time() - cpu_start
+        stats = decoding_stats(output) if method == "assisted" else None
+        if isinstance(output, dict):
+            output = output["sequences"]
 
         new_tokens = output.shape[1] - start_length
         loop_counts = counter.loop_per_round() if counter is not None else None
@@ -486,7 +501,7 @@ class Worker:
             # per round of the loop, the call's set-up and first round left out
             "ops_loop_per_round": loop_counts[0] if loop_counts else None,
             "syncs_loop_per_round": loop_counts[1] if loop_counts else None,
-            "decoding_stats": decoding_stats(target) if method == "assisted" else None,
+            "decoding_stats": stats,
         }
 
     def batch_prompt(self, prompts, pad_token_id=0):
@@ -609,14 +624,16 @@ class Worker:
 
         def recording_generate(*args, **kwargs):
             # The texts alone could hide a difference (bytes that decode to no character): keep the tokens, and the
-            # fork's account of each batch (none left over from an earlier call).
-            target.__dict__.pop("last_assisted_decoding_stats", None)
+            # fork's account of each batch, from its output (the pipeline gets what it asked for).
+            asks_dict = kwargs.get("return_dict_in_generate")
+            if method == "assisted" and returns_decoding_stats():
+                kwargs["return_dict_in_generate"] = True
             output = generate(*args, **kwargs)
             sequences = output.get("sequences") if isinstance(output, dict) else output
             if torch.is_tensor(sequences):
                 tokens.extend(sequences.tolist())
-            stats.append(decoding_stats(target) if method == "assisted" else None)
-            return output
+            stats.append(decoding_stats(output) if method == "assisted" else None)
+            return output if asks_dict or not isinstance(output, dict) else sequences
 
         clock = self.clock
         clock.reset()

@@ -3,8 +3,9 @@
 - `num_assistant_tokens` and `num_assistant_tokens_schedule` given to `generate()` (as kwargs or in a
   `generation_config=`) override the assistant's generation config for that call only;
 - the assistant's own settings survive its own `generate()`, whose config is regenerated from the model config;
-- after a call, `model.last_assisted_decoding_stats` counts its rounds, drafted and accepted candidates, and says why
-  the schedule drafted nothing or stopped drafting (also logged at info verbosity);
+- a call's `assisted_decoding_stats` (`return_dict_in_generate=True`) count its rounds, drafted and accepted
+  candidates, per row too, and say why the schedule drafted nothing or stopped drafting (also logged at info
+  verbosity); nothing is kept on the model;
 - an assistant that is not a model is refused with a `TypeError` before any forward pass; pairs whose vocabularies
   differ by more than 10% get one warning; the device hint can be pasted;
 - an encoder-decoder assistant with an encoder of its own runs it at its first draft only, never in a call that does
@@ -17,6 +18,7 @@ warning, no stats existed, a string assistant raised `AttributeError`, and the a
 import copy
 import logging
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -25,6 +27,7 @@ from transformers.generation import draft_length
 from transformers.utils import logging as hf_logging
 
 from integration._common import assert_same_tokens
+from support.stats import recorded_stats
 from support.tiny_models import tiny_model
 
 PROMPT = torch.tensor([[5, 17, 33, 9, 41, 2, 77, 18, 60, 3, 12, 90]])
@@ -75,18 +78,19 @@ def test_draft_settings_given_to_generate_apply_to_that_call_only(pair, how):
     target, assistant = pair
     before = assistant.generation_config.to_dict()
     settings = {"num_assistant_tokens": 3, "num_assistant_tokens_schedule": "constant"}
-    if how == "kwargs":
-        output, rounds = _count_drafts(target, assistant, **settings)
-    else:
-        config = GenerationConfig(max_new_tokens=24, pad_token_id=0, **settings)
-        output, rounds = _count_drafts(target, assistant, generation_config=config)
-    assert_same_tokens(_greedy(target), output)
-    assert rounds and all(drafted == 3 for drafted in rounds[:-1]), rounds
-    assert target.last_assisted_decoding_stats.schedule == "constant"
-    assert assistant.generation_config.to_dict() == before
-    # the next call without settings uses the assistant's own (the adaptive schedule)
-    _greedy(target, assistant_model=assistant)
-    assert target.last_assisted_decoding_stats.schedule == "adaptive"
+    with recorded_stats() as calls:
+        if how == "kwargs":
+            output, rounds = _count_drafts(target, assistant, **settings)
+        else:
+            config = GenerationConfig(max_new_tokens=24, pad_token_id=0, **settings)
+            output, rounds = _count_drafts(target, assistant, generation_config=config)
+        assert_same_tokens(_greedy(target), output)
+        assert rounds and all(drafted == 3 for drafted in rounds[:-1]), rounds
+        assert calls[-1].schedule == "constant"
+        assert assistant.generation_config.to_dict() == before
+        # the next call without settings uses the assistant's own (the adaptive schedule)
+        _greedy(target, assistant_model=assistant)
+    assert calls[-1].schedule == "adaptive"
 
 
 @pytest.mark.parametrize(
@@ -125,8 +129,16 @@ def test_a_modified_model_config_still_updates_the_generation_config(pair):
 
 def test_the_stats_count_the_rounds_and_candidates(pair):
     target, assistant = pair
-    output, rounds = _count_drafts(target, assistant, num_assistant_tokens=2, num_assistant_tokens_schedule="constant")
-    stats = target.last_assisted_decoding_stats
+    output, rounds = _count_drafts(
+        target,
+        assistant,
+        num_assistant_tokens=2,
+        num_assistant_tokens_schedule="constant",
+        return_dict_in_generate=True,
+    )
+    output, stats = output.sequences, output.assisted_decoding_stats
+    assert not hasattr(target, "last_assisted_decoding_stats")  # nothing of the call stays on the model
+    assert stats.num_accepted_per_row == [stats.num_accepted]
     assert stats.num_rounds == len(rounds) + 1
     assert stats.num_drafted == sum(rounds) + 2  # the first round drafts with the prompt
     assert 0 <= stats.num_accepted <= stats.num_drafted
@@ -140,11 +152,11 @@ def test_a_schedule_that_drafts_nothing_says_why():
     target = tiny_model(GPT2LMHeadModel, seed=0, device="cpu")
     hf_logging.set_verbosity_info()
     try:
-        with _captured(hf_logging.get_logger("transformers.generation.utils")) as messages:
+        with _captured(hf_logging.get_logger("transformers.generation.utils")) as messages, recorded_stats() as calls:
             output = target.generate(PROMPT, assistant_model=target, max_new_tokens=32, pad_token_id=0)
     finally:
         hf_logging.set_verbosity_warning()
-    stats = target.last_assisted_decoding_stats
+    stats = calls[-1]
     assert_same_tokens(target.generate(PROMPT, max_new_tokens=32, pad_token_id=0), output)
     assert stats.num_drafted == 0 and stats.num_rounds == 32
     assert stats.stop_reason is not None and "acceptance" in stats.stop_reason
@@ -155,9 +167,11 @@ def test_a_schedule_that_drafts_nothing_says_why():
 def test_a_poor_assistant_stops_drafting():
     target = tiny_model(GPT2LMHeadModel, seed=0, device="cpu")
     poor = tiny_model(GPT2LMHeadModel, seed=7, assistant=True, device="cpu")  # its candidates are rejected
-    output = target.generate(PROMPT, assistant_model=poor, max_new_tokens=64, pad_token_id=0)
-    assert_same_tokens(target.generate(PROMPT, max_new_tokens=64, pad_token_id=0), output)
-    stats = target.last_assisted_decoding_stats
+    output = target.generate(
+        PROMPT, assistant_model=poor, max_new_tokens=64, pad_token_id=0, return_dict_in_generate=True
+    )
+    assert_same_tokens(target.generate(PROMPT, max_new_tokens=64, pad_token_id=0), output.sequences)
+    stats = output.assisted_decoding_stats
     assert 0 < stats.num_drafted < 16 and stats.num_accepted < stats.num_drafted, stats
 
 
@@ -272,12 +286,13 @@ def test_an_own_encoder_runs_only_when_the_assistant_drafts():
     target, assistant, features = _whisper_pair()
     greedy = target.generate(features, max_new_tokens=12)
     # a short call cannot pay the encoder back: the default schedule does not run it
-    output, runs = _encoder_runs(
-        assistant, lambda: target.generate(features, assistant_model=assistant, max_new_tokens=12)
-    )
+    with recorded_stats() as calls:
+        output, runs = _encoder_runs(
+            assistant, lambda: target.generate(features, assistant_model=assistant, max_new_tokens=12)
+        )
     assert_same_tokens(greedy, output)
     assert runs == 0
-    stats = target.last_assisted_decoding_stats
+    stats = calls[-1]
     assert stats.num_drafted == 0 and "encoder" in stats.stop_reason
     # a schedule that drafts runs it once, at its first draft
     output, runs = _encoder_runs(
@@ -359,16 +374,18 @@ def test_an_assistant_that_agrees_is_tried_whatever_its_size():
     prompt = torch.randint(0, 128, (1, 24), generator=torch.Generator().manual_seed(1))
     assert 0.7 < draft_length._step_size(draft) / draft_length._step_size(target) < 0.8
     greedy = target.generate(prompt, max_new_tokens=32, pad_token_id=0)
-    output = target.generate(prompt, assistant_model=draft, max_new_tokens=32, pad_token_id=0)
-    assert_same_tokens(greedy, output)
-    stats = target.last_assisted_decoding_stats
+    output = target.generate(
+        prompt, assistant_model=draft, max_new_tokens=32, pad_token_id=0, return_dict_in_generate=True
+    )
+    assert_same_tokens(greedy, output.sequences)
+    stats = output.assisted_decoding_stats
     assert stats.num_drafted >= 2 and stats.num_accepted == stats.num_drafted, stats
 
 
 def test_the_model_as_its_own_assistant_is_not_tried():
     target = _gpt2(2)
-    _greedy(target, assistant_model=target)
-    assert target.last_assisted_decoding_stats.num_drafted == 0
+    output = _greedy(target, assistant_model=target, return_dict_in_generate=True)
+    assert output.assisted_decoding_stats.num_drafted == 0
 
 
 def test_a_misspelt_assistant_kwarg_is_refused(pair):
@@ -444,3 +461,48 @@ def test_an_assistant_that_cannot_read_the_models_inputs_is_refused(pair):
     speech = tiny_model(WhisperForConditionalGeneration, seed=1)
     with pytest.raises(ValueError, match="reads `input_features`, but the model .* is given `input_ids`"):
         _greedy(target, assistant_model=speech)
+
+
+@pytest.mark.parametrize("rows", ["own", "aligned"])
+def test_the_stats_count_the_candidates_of_each_row(pair, rows):
+    target, assistant = pair
+    prompts = torch.cat([PROMPT, PROMPT.flip(1), PROMPT.roll(5, 1)])
+    mask = torch.ones_like(prompts)
+    mask[1, :4] = 0
+    kwargs = {"attention_mask": mask, "max_new_tokens": 24, "pad_token_id": 0, "return_dict_in_generate": True}
+    with mock.patch.object(GPT2LMHeadModel, "_supports_rows_with_holes", lambda self, cache_length: rows == "own"):
+        output = target.generate(prompts, assistant_model=assistant, **kwargs)
+    stats = output.assisted_decoding_stats
+    assert len(stats.num_accepted_per_row) == 3
+    # every row gets 24 tokens: the candidates it kept, and one of the model's in each round it takes part in
+    for kept in stats.num_accepted_per_row:
+        assert 24 - stats.num_rounds <= kept <= 23
+    if rows == "aligned":
+        assert stats.num_accepted_per_row == [stats.num_accepted] * 3
+    assert_same_tokens(target.generate(prompts, **kwargs).sequences, output.sequences)
+
+
+def test_the_default_schedule_runs_the_same_forward_passes_in_every_call(pair):
+    """The default draft length reads no clock: identical calls draft the same candidates and run the same forward
+    passes of both models, whatever the time each round takes (here, a clock that jumps around)."""
+    target, assistant = pair
+    counts = {"target": 0, "assistant": 0}
+    handles = [
+        target.register_forward_pre_hook(lambda *_: counts.__setitem__("target", counts["target"] + 1)),
+        assistant.register_forward_pre_hook(lambda *_: counts.__setitem__("assistant", counts["assistant"] + 1)),
+    ]
+    ticks = iter(range(10**6))
+    jumpy = mock.Mock(side_effect=lambda: (next(ticks) * 7919) % 101 / 10.0)
+    calls = []
+    try:
+        with mock.patch.object(draft_length, "time", mock.Mock(thread_time=jumpy, perf_counter=jumpy)):
+            for _ in range(5):
+                counts.update(target=0, assistant=0)
+                output = _greedy(target, assistant_model=assistant, return_dict_in_generate=True)
+                calls.append((output.sequences.tolist(), dict(counts), output.assisted_decoding_stats))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert jumpy.call_count == 0, "the default schedule read the clock"
+    assert calls[0][2].num_drafted > 0, calls[0][2]
+    assert all(call == calls[0] for call in calls), [call[1:] for call in calls]

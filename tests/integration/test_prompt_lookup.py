@@ -11,6 +11,8 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel
 
+from support.stats import recorded_stats
+
 REPEATED = [5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7]
 
 
@@ -71,11 +73,13 @@ def test_greedy_equality_at_batch_one_and_fewer_forwards(copier):
     greedy = copier.generate(prompt, max_new_tokens=32, pad_token_id=0)
     calls, handle = _forwards(copier)
     try:
-        lookup = copier.generate(prompt, max_new_tokens=32, pad_token_id=0, prompt_lookup_num_tokens=5)
+        lookup = copier.generate(
+            prompt, max_new_tokens=32, pad_token_id=0, prompt_lookup_num_tokens=5, return_dict_in_generate=True
+        )
     finally:
         handle.remove()
-    assert torch.equal(greedy, lookup)
-    stats = copier.last_assisted_decoding_stats
+    assert torch.equal(greedy, lookup.sequences)
+    stats = lookup.assisted_decoding_stats
     assert stats.num_accepted > 0
     assert len(calls) < 32, f"{len(calls)} forward passes for 32 tokens"
 
@@ -118,10 +122,11 @@ def test_sampling_keeps_the_model_distribution():
         probs_after = model(torch.cat([prompt, torch.tensor([[3]])], 1)).logits[0, -1].softmax(-1)
     torch.manual_seed(0)
     n = 3000
-    outputs = model.generate(
-        prompt.expand(n, -1), do_sample=True, top_k=0, max_new_tokens=2, pad_token_id=0, prompt_lookup_num_tokens=1
-    )
-    assert model.last_assisted_decoding_stats.num_drafted > 0
+    with recorded_stats() as calls:
+        outputs = model.generate(
+            prompt.expand(n, -1), do_sample=True, top_k=0, max_new_tokens=2, pad_token_id=0, prompt_lookup_num_tokens=1
+        )
+    assert calls[-1].num_drafted > 0
     first = torch.bincount(outputs[:, -2], minlength=16).double() / n
     assert (first - probs).abs().max() < 0.04, (first, probs)
     after = outputs[outputs[:, -2] == 3, -1]
@@ -173,9 +178,9 @@ def test_encoder_decoder_looks_up_the_encoder_ids():
     assert BartForConditionalGeneration._shares_encoder_decoder_vocabulary
     kwargs = dict(max_new_tokens=20, num_beams=1, no_repeat_ngram_size=0)
     greedy = model.generate(source, **kwargs)
-    lookup = model.generate(source, prompt_lookup_num_tokens=6, **kwargs)
-    assert torch.equal(greedy, lookup)
-    assert model.last_assisted_decoding_stats.num_accepted > 0
+    lookup = model.generate(source, prompt_lookup_num_tokens=6, return_dict_in_generate=True, **kwargs)
+    assert torch.equal(greedy, lookup.sequences)
+    assert lookup.assisted_decoding_stats.num_accepted > 0
 
 
 @pytest.mark.parametrize(
@@ -199,9 +204,8 @@ def test_settings_on_a_generation_config_made_from_the_model_config_are_kept(cop
     model = copy.deepcopy(copier)
     assert model.generation_config._from_model_config
     model.generation_config.prompt_lookup_num_tokens = 4
-    model.last_assisted_decoding_stats = None
-    model.generate(torch.tensor([REPEATED]), max_new_tokens=8, pad_token_id=0)
-    assert model.last_assisted_decoding_stats is not None and model.last_assisted_decoding_stats.num_drafted > 0
+    output = model.generate(torch.tensor([REPEATED]), max_new_tokens=8, pad_token_id=0, return_dict_in_generate=True)
+    assert output.assisted_decoding_stats is not None and output.assisted_decoding_stats.num_drafted > 0
     assert not [w for w in recwarn if "modified the pretrained model configuration" in str(w.message)]
 
 

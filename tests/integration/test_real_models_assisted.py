@@ -21,8 +21,8 @@ Contract (greedy decoding, float32):
   and get accepted alike.
 - Prompt lookup (`prompt_lookup_num_tokens=4`) on SmolLM2 returns greedy's tokens for the same prompts, alone and as
   the padded batch, and the model accepts looked-up candidates where the prompt asks to repeat a sentence.
-- `last_assisted_decoding_stats` counts the rounds: each adds the candidates the model accepted and one token of the
-  model's own, so the rounds and the accepted candidates add up to the new tokens.
+- the output's `assisted_decoding_stats` count the rounds: each adds the candidates the model accepted and one token
+  of the model's own, so the rounds and the accepted candidates add up to the new tokens.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def assert_counts_rounds(stats, new_tokens: int, what: str, rows_keep_their_own=
     """The stats of an assisted call exist and count its rounds: each round adds its accepted candidates and one token
     of the model's own to every row. Where the rows of a batch keep their own candidates, a round counts those of one
     row, and the longest row may have kept more or fewer."""
-    assert stats is not None, f"no last_assisted_decoding_stats {what}"
+    assert stats is not None, f"no assisted_decoding_stats {what}"
     assert stats.num_rounds > 0, f"no round counted {what}: {stats}"
     assert 0 <= stats.num_accepted <= stats.num_drafted, f"{what}: {stats}"
     counted = stats.num_rounds + stats.num_accepted
@@ -141,12 +141,16 @@ def smollm2_greedy(smollm2, names: tuple[str, ...]):
 
 def smollm2_assisted(smollm2, inputs, **settings):
     _, model, draft = smollm2
-    model.last_assisted_decoding_stats = None
     with torch.no_grad():
-        tokens = model.generate(
-            **inputs, max_new_tokens=SMOLLM2_NEW_TOKENS, do_sample=False, assistant_model=draft, **settings
+        output = model.generate(
+            **inputs,
+            max_new_tokens=SMOLLM2_NEW_TOKENS,
+            do_sample=False,
+            assistant_model=draft,
+            return_dict_in_generate=True,
+            **settings,
         )
-    return tokens, model.last_assisted_decoding_stats
+    return output.sequences, output.assisted_decoding_stats
 
 
 @real_models
@@ -197,12 +201,15 @@ def test_smollm2_prompt_lookup_equals_greedy(smollm2):
     _, model, _ = smollm2
     for names in [(name,) for name in SINGLE_PROMPTS] + [BATCH_PROMPTS]:
         inputs, greedy = smollm2_greedy(smollm2, names)
-        model.last_assisted_decoding_stats = None
         with torch.no_grad():
-            lookup = model.generate(
-                **inputs, max_new_tokens=SMOLLM2_NEW_TOKENS, do_sample=False, prompt_lookup_num_tokens=4
+            output = model.generate(
+                **inputs,
+                max_new_tokens=SMOLLM2_NEW_TOKENS,
+                do_sample=False,
+                prompt_lookup_num_tokens=4,
+                return_dict_in_generate=True,
             )
-        stats = model.last_assisted_decoding_stats
+        lookup, stats = output.sequences, output.assisted_decoding_stats
         what = f"(SmolLM2, prompt lookup, prompts {names})"
         assert greedy.shape == lookup.shape, f"{what}: {tuple(greedy.shape)} != {tuple(lookup.shape)}"
         for row in range(greedy.shape[0]):
@@ -397,12 +404,15 @@ def test_whisper_generate_with_an_assistant(real, whisper_base):
     assert processor.batch_decode(greedy, skip_special_tokens=True) == [PIPELINE_TRANSCRIPTS[AMIABLE]]
     counts = {}
     for name, assistant in assistants.items():
-        target.last_assisted_decoding_stats = None
         with torch.no_grad():
-            assisted = target.generate(
-                features, max_new_tokens=WHISPER_NEW_TOKENS, assistant_model=assistant, **FOUR_CANDIDATES
+            output = target.generate(
+                features,
+                max_new_tokens=WHISPER_NEW_TOKENS,
+                assistant_model=assistant,
+                return_dict_in_generate=True,
+                **FOUR_CANDIDATES,
             )
-        stats = target.last_assisted_decoding_stats
+        assisted, stats = output.sequences, output.assisted_decoding_stats
         what = f"(Whisper base, {name} assistant, {AMIABLE})"
         assert_same_tokens(greedy, assisted, what)
         assert_counts_rounds(stats, greedy.shape[1] - 1, what)  # after the decoder start token

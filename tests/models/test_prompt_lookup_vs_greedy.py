@@ -17,6 +17,7 @@ import torch
 from models import harness
 from support.expectations import EXPECTATIONS
 from support.outputs import sequences_and_scores
+from support.stats import recorded_stats
 from support.tiny_models import applicable_scenarios, generation_inputs
 
 SCORE_ATOL = 1e-4
@@ -48,8 +49,8 @@ def test_prompt_lookup_vs_greedy(name, scenario, entry, record_property):
         return
 
     greedy, greedy_scores = sequences_and_scores(target, kwargs)
-    target.last_assisted_decoding_stats = None
-    lookup, lookup_scores = sequences_and_scores(target, lookup_kwargs)
+    with recorded_stats() as calls:
+        lookup, lookup_scores = sequences_and_scores(target, lookup_kwargs)
     assert greedy.shape == lookup.shape and torch.equal(greedy, lookup), (
         f"prompt lookup differs from greedy generation ({scenario}):\n  greedy: {greedy.tolist()}\n"
         f"  lookup: {lookup.tolist()}"
@@ -59,6 +60,6 @@ def test_prompt_lookup_vs_greedy(name, scenario, entry, record_property):
         assert torch.equal(finite, torch.isfinite(lookup_scores)), "scores are -inf elsewhere than greedy's"
         max_diff = (greedy_scores[finite] - lookup_scores[finite]).abs().max().item() if finite.any() else 0.0
         assert max_diff <= SCORE_ATOL, f"scores differ by up to {max_diff:.3g} (tolerance {SCORE_ATOL})"
-    stats = target.last_assisted_decoding_stats
+    stats = calls[-1] if calls else None
     if stats is not None:
         record_property("lookup_candidates", f"{stats.num_accepted} of {stats.num_drafted} accepted")
