@@ -21,8 +21,9 @@ tag `upstream-v4.31.0`, the script
    `--full` runs the whole regression part at every prefix;
 4. runs upstream's assisted-generation tests (`-k assisted`, RUN_SLOW=1, through scripts/upstream_tests.py: known
    failures and flaky tests as there):
-   - at the last patch of each group (`# group: NAME` lines of patches/series, the pull requests the series is
-     submitted as) and at the tip: every model's, and tests/generation's;
+   - at the last patch of each group (`# group: NAME (TIER)` lines of patches/series, the pull requests the series
+     is submitted as) and at the tip: every model's, and tests/generation's; the last group of the upstream tier is
+     one, so the upstream tier is checked standing alone;
    - elsewhere: those of the models the patch touches (tests/models/<model>/test_modeling_<model>.py for each
      src/transformers/models/<model>/modeling_<model>.py) and the upstream test files it touches, and
      tests/generation's for a patch touching shared code;

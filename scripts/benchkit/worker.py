@@ -167,9 +167,8 @@ def returns_decoding_stats():
     """
     import transformers.generation.utils as generation_utils
 
-    return "assisted_decoding_stats" in getattr(
-        generation_utils.GreedySearchDecoderOnlyOutput, "__dataclass_fields__", {}
-    )
+    output_class = getattr(generation_utils, "GreedySearchDecoderOnlyOutput", None)
+    return "assisted_decoding_stats" in getattr(output_class, "__dataclass_fields__", {})
 
 
 def decoding_stats(output):

@@ -1,6 +1,7 @@
 """The documents in docs/ say what the code does: checked against the expectations, the series and the Makefile."""
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,10 @@ import pytest
 from support.expectations import EXPECTATIONS
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "scripts") not in sys.path:
+    sys.path.insert(0, str(REPO / "scripts"))
+from series import read_tiers, tier_errors  # noqa: E402
+
 DOCS = REPO / "docs"
 
 
@@ -58,24 +63,53 @@ def test_upstream_pr_follows_the_template():
         assert needed in text
 
 
-def series_groups() -> list[str]:
-    """The groups of patches/series (`# group: NAME` lines), in order."""
-    series = REPO / "patches" / "series"
-    if not series.exists():
-        return []
-    return [line.split(":", 1)[1].strip() for line in series.read_text().splitlines() if line.startswith("# group:")]
+def series_groups(tier: str | None = None) -> list[str]:
+    """The groups of patches/series (`# group: NAME (TIER)` lines), in order; those of `tier` only if given."""
+    return [name for name, group_tier in read_tiers(REPO / "patches") if tier in (None, group_tier)]
 
 
-def test_upstream_pr_has_one_section_per_group_with_its_behaviour_changes():
-    groups = series_groups()
-    if not groups:
+def test_the_series_is_in_two_tiers_upstream_first():
+    tiers = read_tiers(REPO / "patches")
+    if not tiers:
         pytest.skip("patches/series names no group")
+    assert tier_errors(tiers) == []
+    assert {tier for _, tier in tiers} == {"upstream", "fork"}
+
+
+def test_upstream_pr_has_one_section_per_upstream_group_with_its_behaviour_changes():
+    groups = series_groups("upstream")
+    if not groups:
+        pytest.skip("patches/series names no upstream group")
     text = (DOCS / "upstream-pr.md").read_text()
-    sections = re.split(r"^## PR \d+ ", text, flags=re.MULTILINE)[1:]
+    upstream_text, _, fork_text = text.partition("\n# The fork tier")
+    sections = re.split(r"^## PR \d+ ", upstream_text, flags=re.MULTILINE)[1:]
     assert [re.match(r"\(`([^`]+)`\)", section).group(1) for section in sections] == groups
     assert groups[0] == "fix" and "Fixes #25020" in sections[0]
     for group, section in zip(groups, sections, strict=True):
         assert "## Behaviour changes against v4.31.0" in section, f"the PR text of {group} lists no behaviour change"
+    fork_sections = re.findall(r"^## `([^`]+)`", fork_text, flags=re.MULTILINE)
+    assert fork_sections == series_groups("fork"), "the fork tier's section names each fork group, in order"
+
+
+def test_the_readme_names_each_groups_tier():
+    text = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `([^`]+)` \| (upstream|fork) \|", text, flags=re.MULTILINE)
+    assert rows == read_tiers(REPO / "patches")
+
+
+# Readers' limits: the pages are read, not searched.
+MAX_DOCS_WORDS = 20_000
+MAX_DESIGN_WORDS = 4_000
+
+
+def words(path: Path) -> int:
+    return len(path.read_text().split())
+
+
+def test_the_docs_stay_within_their_sizes():
+    total = sum(words(page) for page in DOCS.rglob("*.md"))
+    assert total <= MAX_DOCS_WORDS, f"docs/ holds {total} words, more than {MAX_DOCS_WORDS}"
+    assert words(DOCS / "design.md") <= MAX_DESIGN_WORDS
 
 
 def test_cover_letter_lists_the_series_in_order():
