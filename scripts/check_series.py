@@ -118,6 +118,28 @@ def git(clone: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return subprocess.run(["git", "-C", str(clone), *IDENTITY, *args], capture_output=True, text=True, check=check)
 
 
+# `git worktree add` and `remove` write the clone's shared administrative files: one at a time.
+WORKTREE_LOCK = threading.Lock()
+
+
+def add_worktree(clone: Path, tree: Path, commit: str) -> None:
+    """Check out `commit` in a new work tree at `tree`; tried twice, then git's own words in the error."""
+    for attempt in (1, 2):
+        with WORKTREE_LOCK:
+            added = git(clone, "worktree", "add", "-q", "--detach", str(tree), commit, check=False)
+            if not added.returncode:
+                return
+            shutil.rmtree(tree, ignore_errors=True)
+            git(clone, "worktree", "prune", check=False)
+        print(f"check_series: git worktree add {tree.name} failed ({attempt}/2): {added.stderr.strip()}", flush=True)
+    raise RuntimeError(f"git worktree add {tree} {commit} failed: {added.stderr.strip()}")
+
+
+def remove_worktree(clone: Path, tree: Path) -> None:
+    with WORKTREE_LOCK:
+        git(clone, "worktree", "remove", "--force", str(tree), check=False)
+
+
 def touched_files(clone: Path) -> list[str]:
     return git(clone, "diff", "--name-only", "HEAD~1", "HEAD").stdout.split()
 
@@ -460,11 +482,11 @@ def check_prefixes(args, clone: Path, names: list[str], commits: list[str], ends
         if stop.is_set():
             return
         tree = workdir / f"prefix-{k:03d}"
-        git(clone, "worktree", "add", "-q", "--detach", str(tree), commits[k - 1])
+        add_worktree(clone, tree, commits[k - 1])
         try:
             ok, text = check_prefix(args, tree, k, names[k - 1], len(names), k in ends, workers)
         finally:
-            git(clone, "worktree", "remove", "--force", str(tree), check=False)
+            remove_worktree(clone, tree)
         results[k] = (ok, text)
         if not ok and not args.keep_going:
             stop.set()

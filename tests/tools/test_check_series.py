@@ -285,3 +285,29 @@ def test_the_drafting_module_is_assisted_only_code():
     assert modules == ["transformers.generation.candidates"] and classes == [] and shared
     _, classes, shared = check_series.scope_of(REPO, ["src/transformers/generation/logits_process.py"])
     assert classes is None and shared
+
+
+def test_work_trees_of_one_clone_are_added_one_at_a_time(tmp_path):
+    """Prefixes are checked two at a time on work trees of one clone: every add checks out its commit, and an add
+    that fails says git's own words."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from concurrent.futures import ThreadPoolExecutor
+
+    import check_series
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(BUILD_TREE), str(clone)], check=True)
+    commit = check_series.git(clone, "rev-parse", PRISTINE_TAG + "^{commit}").stdout.strip()
+
+    def one(k: int) -> str:
+        tree = tmp_path / f"prefix-{k:03d}"
+        check_series.add_worktree(clone, tree, commit)
+        try:
+            return check_series.git(tree, "rev-parse", "HEAD").stdout.strip()
+        finally:
+            check_series.remove_worktree(clone, tree)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert set(pool.map(one, range(8))) == {commit}
+    with pytest.raises(RuntimeError, match="worktree add .* failed: fatal: .*"):
+        check_series.add_worktree(clone, tmp_path / "bad", "0" * 40)
