@@ -124,14 +124,15 @@ WORKTREE_LOCK = threading.Lock()
 
 def add_worktree(clone: Path, tree: Path, commit: str) -> None:
     """Check out `commit` in a new work tree at `tree`; tried twice, then git's own words in the error."""
-    for attempt in (1, 2):
+    for retry in (False, True):
         with WORKTREE_LOCK:
             added = git(clone, "worktree", "add", "-q", "--detach", str(tree), commit, check=False)
             if not added.returncode:
                 return
             shutil.rmtree(tree, ignore_errors=True)
             git(clone, "worktree", "prune", check=False)
-        print(f"check_series: git worktree add {tree.name} failed ({attempt}/2): {added.stderr.strip()}", flush=True)
+        if not retry:
+            print(f"check_series: git worktree add {tree.name} failed, once more: {added.stderr.strip()}", flush=True)
     raise RuntimeError(f"git worktree add {tree} {commit} failed: {added.stderr.strip()}")
 
 

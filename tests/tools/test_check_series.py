@@ -287,9 +287,9 @@ def test_the_drafting_module_is_assisted_only_code():
     assert classes is None and shared
 
 
-def test_work_trees_of_one_clone_are_added_one_at_a_time(tmp_path):
-    """Prefixes are checked two at a time on work trees of one clone: every add checks out its commit, and an add
-    that fails says git's own words."""
+def test_work_trees_of_one_clone_from_several_threads(tmp_path):
+    """Prefixes are checked two at a time on work trees of one clone: adds from several threads each check out their
+    commit, and an add that fails says git's own words."""
     sys.path.insert(0, str(REPO / "scripts"))
     from concurrent.futures import ThreadPoolExecutor
 
